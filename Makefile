@@ -1,0 +1,41 @@
+# Two entry points (the README's quick start):
+#   make bench   set up a venv and run the main benchmark on data it generates itself
+#   make test    set up a venv and run lint, types and the test suite
+#
+# torch is pinned to the CPU wheel found locally by pip (2.13.0); a bare `torch`
+# requirement on a fresh machine can pull a multi-GB CUDA build. Override with
+# `make TORCH_SPEC='torch==X'` on a GPU machine that already has the right index.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BENCH ?= buffer
+
+.PHONY: setup bench test lint types pytest clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)" -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+bench: $(STAMP)
+	$(PY) -m streambuf bench $(BENCH) --out bench-results
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check streambuf tests benchmarks examples
+	$(VENV)/bin/ruff format --check streambuf tests benchmarks examples
+
+types: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test: lint types pytest
+
+clean:
+	rm -rf $(VENV) bench-results .mypy_cache .ruff_cache

@@ -1,0 +1,78 @@
+"""The ``on_error`` policy shared by every stage that reads untrusted input.
+
+``on_error="raise"`` (default): the failure propagates as the given error type, naming
+the stage and the source. ``on_error="skip"``: the input is skipped, counted and logged
+(one WARNING line each), until more than ``max_failures`` were skipped, which raises
+``TooManyFailures``. Counters are per policy object (one per stage per worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Literal
+
+from .errors import StageError, TooManyFailures
+
+__all__ = ["FailurePolicy", "OnError"]
+
+log = logging.getLogger("streambuf")
+
+OnError = Literal["raise", "skip"]
+
+
+class FailurePolicy:
+    """Decide what a failure on one input does; thread-safe.
+
+    Args:
+        on_error: "raise" or "skip".
+        max_failures: with "skip", raise ``TooManyFailures`` once more than this many
+            inputs were skipped (None: no limit).
+        stage: the stage name used in messages.
+    """
+
+    def __init__(
+        self, on_error: OnError = "raise", max_failures: int | None = None, *, stage: str
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error={on_error!r} must be 'raise' or 'skip'")
+        if max_failures is not None and max_failures < 0:
+            raise ValueError(f"max_failures={max_failures!r} must be >= 0 or None")
+        self.on_error: OnError = on_error
+        self.max_failures = max_failures
+        self.stage = stage
+        self.skipped = 0
+        self._lock = threading.Lock()
+
+    def handle(
+        self,
+        exc: BaseException,
+        *,
+        source: str | None,
+        error_type: type[StageError] = StageError,
+        what: str = "failed",
+    ) -> None:
+        """Raise (as ``error_type`` from ``exc``) or count and log a skip.
+
+        ``source`` must already be free of credentials (see ``redact`` helpers).
+        """
+        message = f"{what}: {type(exc).__name__}: {exc}"
+        if self.on_error == "raise":
+            if isinstance(exc, StageError):
+                raise exc
+            raise error_type(message, stage=self.stage, source=source) from exc
+        with self._lock:
+            self.skipped += 1
+            n = self.skipped
+        log.warning(
+            "streambuf: skipped (%d so far) in stage %r, source %r: %s",
+            n,
+            self.stage,
+            source,
+            message,
+        )
+        if self.max_failures is not None and n > self.max_failures:
+            raise TooManyFailures(
+                f"stage {self.stage!r}: {n} inputs failed, more than max_failures="
+                f"{self.max_failures}; last: {source!r}: {message}"
+            ) from exc

@@ -1,0 +1,52 @@
+"""Command line: ``streambuf bench NAME [--quick] [--out DIR]``.
+
+Benchmarks live in the source checkout's ``benchmarks/`` folder (they need test data
+generators and comparison baselines that are not part of the library), so ``bench`` is
+run from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main"]
+
+BENCHMARKS = {
+    "buffer": "benchmarks.buffer_overhead",
+}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    modname = BENCHMARKS[args.name]
+    try:
+        mod = importlib.import_module(modname)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("benchmarks"):
+            print(
+                f"streambuf bench {args.name}: cannot import {modname}; run it from the "
+                "root of a streambuf source checkout (the benchmarks/ folder)",
+                file=sys.stderr,
+            )
+            return 2
+        raise
+    mod.run(quick=args.quick, out=args.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``streambuf`` command."""
+    parser = argparse.ArgumentParser(prog="streambuf")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="run a benchmark, print a table, write JSON")
+    b.add_argument("name", choices=sorted(BENCHMARKS))
+    b.add_argument("--quick", action="store_true", help="small sizes, finishes fast")
+    b.add_argument("--out", default="bench-results", help="folder for JSON and plots")
+    b.set_defaults(func=_bench)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

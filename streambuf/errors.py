@@ -1,0 +1,93 @@
+"""Exceptions raised by streambuf.
+
+The tree::
+
+    StreambufError                 base of everything streambuf raises on purpose
+    ├── BufferClosed               put() on a closed buffer; get() on a closed, drained one
+    ├── StageError                 a stage failed; names the stage and, where known, the
+    │   │                          shard/file (``.stage``, ``.source``); ``__cause__`` is
+    │   │                          the original exception, traceback intact
+    │   ├── ShardError             a shard could not be opened, read or parsed
+    │   └── VideoError             a video could not be opened or decoded
+    ├── TooManyFailures            on_error="skip" skipped more than max_failures items
+    └── WorkerError                a DataLoader worker died or stopped answering
+
+Exceptions raised by user code inside a stage keep their own type when they reach the
+consumer: streambuf re-raises the very same object (so ``except KeyError`` still works)
+and adds a note (PEP 678) that names the stage and the thread or worker it ran in.
+``ValueError``/``TypeError`` are raised for bad arguments, with the fix in the message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BufferClosed",
+    "ShardError",
+    "StageError",
+    "StreambufError",
+    "TooManyFailures",
+    "VideoError",
+    "WorkerError",
+    "add_note",
+]
+
+
+class StreambufError(Exception):
+    """Base class of the errors streambuf raises on purpose."""
+
+
+class BufferClosed(StreambufError):
+    """The buffer was closed: no more puts; gets end once it is drained."""
+
+
+class StageError(StreambufError):
+    """A stage failed on one input.
+
+    Attributes:
+        stage: the stage's name, e.g. ``"tar"`` or ``"map(decode)"``.
+        source: the shard, URL or file being processed, if known (credentials removed).
+    """
+
+    def __init__(self, message: str, *, stage: str, source: str | None = None) -> None:
+        where = f"[stage {stage!r}" + (f", source {source!r}]" if source else "]")
+        super().__init__(f"{message} {where}")
+        self.stage = stage
+        self.source = source
+
+    def __reduce__(self):  # keep stage/source across process boundaries (DataLoader workers)
+        msg = self.args[0] if self.args else ""
+        return (_rebuild, (type(self), msg, self.stage, self.source))
+
+
+def _rebuild(cls, message, stage, source):
+    obj = cls.__new__(cls)
+    Exception.__init__(obj, message)
+    obj.stage = stage
+    obj.source = source
+    return obj
+
+
+class ShardError(StageError):
+    """A shard could not be opened, read or parsed (missing, truncated, corrupt)."""
+
+
+class VideoError(StageError):
+    """A video could not be opened or decoded."""
+
+
+class TooManyFailures(StreambufError):
+    """More inputs failed than ``max_failures`` allows under ``on_error="skip"``."""
+
+
+class WorkerError(StreambufError):
+    """A DataLoader worker process died or did not answer within ``timeout_s``."""
+
+
+def add_note(exc: BaseException, note: str) -> BaseException:
+    """Attach ``note`` to ``exc`` (PEP 678; a no-op before Python 3.11). Returns ``exc``."""
+    adder = getattr(exc, "add_note", None)
+    if adder is not None:
+        notes = getattr(exc, "__notes__", ())
+        if note not in notes:
+            adder(note)
+    return exc

@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from streambuf import BoundedBuffer, BufferClosed, ShardedBuffer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def size_of(item) -> int:
+    return item[-1]
+
+
+def test_fifo_and_stats():
+    buf = BoundedBuffer(max_items=3, max_bytes=100, sizeof=size_of)
+    for i in range(3):
+        buf.put((i, 10))
+    s = buf.stats()
+    assert (s.items, s.bytes, s.peak_items, s.peak_bytes) == (3, 30, 3, 30)
+    assert [buf.get()[0] for _ in range(3)] == [0, 1, 2]
+    s = buf.stats()
+    assert (s.items, s.bytes, s.puts, s.gets) == (0, 0, 3, 3)
+
+
+def test_put_blocks_on_count_and_bytes():
+    buf = BoundedBuffer(max_items=2, max_bytes=100, sizeof=size_of)
+    buf.put((0, 60))
+    with pytest.raises(TimeoutError):
+        buf.put((1, 50), timeout_s=0.05)  # bytes
+    buf.put((1, 40))
+    with pytest.raises(TimeoutError):
+        buf.put((2, 0), timeout_s=0.05)  # count
+    assert buf.stats().put_wait_s >= 0.09
+
+
+def test_oversize_admitted_alone_only():
+    buf = BoundedBuffer(max_items=4, max_bytes=100, sizeof=size_of)
+    buf.put((0, 10))
+    with pytest.raises(TimeoutError):
+        buf.put((1, 500), timeout_s=0.05)
+    assert buf.get() == (0, 10)
+    buf.put((1, 500), timeout_s=1)  # empty now: admitted alone
+    with pytest.raises(TimeoutError):
+        buf.put((2, 1), timeout_s=0.05)
+    s = buf.stats()
+    assert s.oversize == 1 and s.bytes == 500
+
+
+def test_big_item_not_starved_by_small_ones():
+    buf = BoundedBuffer(max_items=10, max_bytes=100, sizeof=size_of)
+    buf.put(("a", 60))
+    order = []
+
+    def big():
+        buf.put(("big", 80), timeout_s=5)
+
+    th = threading.Thread(target=big)
+    th.start()
+    time.sleep(0.05)
+    # a small item now queues behind the big one (first come, first served)
+    small = threading.Thread(target=lambda: buf.put(("small", 10), timeout_s=5))
+    small.start()
+    time.sleep(0.05)
+    for _ in range(3):
+        order.append(buf.get(timeout_s=5)[0])
+    th.join(5)
+    small.join(5)
+    assert order == ["a", "big", "small"]
+
+
+def test_get_timeout_and_empty_gets():
+    buf = BoundedBuffer(max_items=1, max_bytes=10)
+    with pytest.raises(TimeoutError):
+        buf.get(timeout_s=0.05)
+    assert buf.stats().empty_gets == 1
+    assert buf.stats().get_wait_s >= 0.04
+
+
+def test_close_wakes_waiters_and_drains():
+    buf = BoundedBuffer(max_items=1, max_bytes=10, sizeof=size_of)
+    buf.put((0, 1))
+    errors = []
+
+    def blocked_put():
+        try:
+            buf.put((1, 1), timeout_s=10)
+        except BufferClosed as exc:
+            errors.append(exc)
+
+    th = threading.Thread(target=blocked_put)
+    th.start()
+    time.sleep(0.05)
+    buf.close()
+    buf.close()  # idempotent
+    th.join(5)
+    assert not th.is_alive() and len(errors) == 1
+    with pytest.raises(BufferClosed):
+        buf.put((2, 1))
+    assert buf.get(timeout_s=1) == (0, 1)  # drains what is left
+    with pytest.raises(BufferClosed):
+        buf.get(timeout_s=1)
+    assert list(buf) == []
+
+
+def test_close_wakes_blocked_get():
+    buf = BoundedBuffer(max_items=1, max_bytes=10)
+    out = []
+    th = threading.Thread(target=lambda: out.extend(buf))
+    th.start()
+    time.sleep(0.05)
+    buf.close()
+    th.join(5)
+    assert not th.is_alive() and out == []
+
+
+def test_set_limits_shrink_keeps_items_and_holds_puts():
+    buf = BoundedBuffer(max_items=4, max_bytes=100, sizeof=size_of)
+    for i in range(4):
+        buf.put((i, 20))
+    buf.set_limits(max_items=2, max_bytes=30)
+    assert len(buf) == 4
+    with pytest.raises(TimeoutError):
+        buf.put((9, 1), timeout_s=0.05)
+    buf.get()
+    buf.get()
+    buf.get()  # one left: 20 bytes, 1 item
+    buf.put((4, 10), timeout_s=1)
+    assert [buf.get()[0], buf.get()[0]] == [3, 4]
+
+
+def test_set_limits_grow_admits_waiting_put():
+    buf = BoundedBuffer(max_items=1, max_bytes=100, sizeof=size_of)
+    buf.put((0, 1))
+    th = threading.Thread(target=lambda: buf.put((1, 1), timeout_s=5))
+    th.start()
+    time.sleep(0.05)
+    buf.set_limits(max_items=2)
+    th.join(5)
+    assert len(buf) == 2
+
+
+def test_context_manager_and_bad_args():
+    with BoundedBuffer(max_items=2, max_bytes="1KiB") as buf:
+        assert buf.max_bytes == 1024
+    assert buf.closed
+    with pytest.raises(ValueError, match="max_bytes"):
+        BoundedBuffer(max_items=1, max_bytes=0)
+    with pytest.raises(ValueError, match="max_items"):
+        BoundedBuffer(max_items=0, max_bytes=10)
+    with pytest.raises(ValueError, match="not a byte size"):
+        BoundedBuffer(max_items=1, max_bytes="lots")
+    with pytest.raises(ValueError, match="lanes"):
+        ShardedBuffer(lanes=4, max_items=3, max_bytes=10)
+    with pytest.raises(ValueError, match="order"):
+        ShardedBuffer(lanes=1, max_items=3, max_bytes=10, order="random")  # type: ignore[arg-type]
+
+
+def test_abort_raises_in_consumer():
+    buf = BoundedBuffer(max_items=2, max_bytes=10)
+    buf.put(1)
+    err = KeyError("boom")
+    buf.abort(err)
+    with pytest.raises(KeyError):
+        buf.get(timeout_s=1)
+    with pytest.raises(BufferClosed):
+        buf.put(2)
+
+
+def test_sharded_round_robin_order_and_skip_finished():
+    buf = ShardedBuffer(lanes=3, max_items=30, max_bytes=1000)
+    lanes = [["a0", "a1", "a2", "a3"], ["b0"], ["c0", "c1"]]
+    for i, items in enumerate(lanes):
+        for x in items:
+            buf.put(i, x)
+        buf.finish(i)
+    assert list(buf) == ["a0", "b0", "c0", "a1", "c1", "a2", "a3"]
+
+
+def test_sharded_round_robin_sharded_budget_no_deadlock():
+    # lane 1 is slow; lane 0 fills its own slice but cannot take lane 1's.
+    buf = ShardedBuffer(lanes=2, max_items=4, max_bytes=200, sizeof=size_of)
+
+    def producer(lane, n, delay):
+        for i in range(n):
+            time.sleep(delay)
+            buf.put(lane, (lane, i, 50), timeout_s=10)
+        buf.finish(lane)
+
+    ths = [
+        threading.Thread(target=producer, args=(0, 20, 0.0)),
+        threading.Thread(target=producer, args=(1, 20, 0.005)),
+    ]
+    for t in ths:
+        t.start()
+    got = [buf.get(timeout_s=10)[:2] for _ in range(40)]
+    for t in ths:
+        t.join(5)
+    assert got == [(i % 2, i // 2) for i in range(40)]
+    lanes = buf.stats().lanes
+    assert all(ln.peak_items <= 2 and ln.peak_bytes <= 100 for ln in lanes)
+
+
+def test_sharded_first_ready_no_head_of_line_blocking():
+    buf = ShardedBuffer(lanes=2, max_items=4, max_bytes=1000, order="first_ready")
+    buf.put(1, "fast")
+    assert buf.get(timeout_s=1) == "fast"  # lane 0 has nothing yet: not waited for
+    buf.finish(0)
+    buf.finish(1)
+    assert list(buf) == []
+
+
+def test_sharded_put_errors():
+    buf = ShardedBuffer(lanes=2, max_items=4, max_bytes=100)
+    with pytest.raises(IndexError):
+        buf.put(2, "x")
+    buf.finish(0)
+    with pytest.raises(BufferClosed, match="lane 0"):
+        buf.put(0, "x")

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+import pytest
+import torch
+
+from streambuf import Prefetcher, prefetch
+from tests.helpers import wait_for_threads
+
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("no_thread_leak")]
+
+
+def test_plain_and_ordered_with_threads():
+    assert list(prefetch(range(100), max_items=4, max_bytes="1MiB")) == list(range(100))
+    out = list(prefetch(range(100), max_items=5, max_bytes="1MiB", threads=5, fn=lambda x: -x))
+    assert out == [-x for x in range(100)]
+
+
+def test_ordered_despite_uneven_latency():
+    def slow_evens(x):
+        time.sleep(0.01 if x % 2 == 0 else 0)
+        return x
+
+    out = list(prefetch(range(40), max_items=4, max_bytes="1MiB", threads=4, fn=slow_evens))
+    assert out == list(range(40))
+
+
+def test_unordered_delivers_everything_once():
+    out = list(
+        prefetch(
+            range(200), max_items=4, max_bytes="1MiB", threads=3, fn=lambda x: x, ordered=False
+        )
+    )
+    assert sorted(out) == list(range(200))
+
+
+def test_threads_give_concurrency():
+    def io(x):
+        time.sleep(0.02)
+        return x
+
+    t0 = time.monotonic()
+    list(prefetch(range(40), max_items=8, max_bytes="1MiB", threads=1, fn=io))
+    one = time.monotonic() - t0
+    t0 = time.monotonic()
+    list(prefetch(range(40), max_items=8, max_bytes="1MiB", threads=8, fn=io))
+    eight = time.monotonic() - t0
+    assert eight < one / 2.5  # ideal 8x; generous for a noisy 2-core CI machine
+
+
+def test_byte_bound_with_tensors():
+    items = (torch.zeros(1024, dtype=torch.uint8) for _ in range(50))
+    p = prefetch(items, max_items=100, max_bytes=4096, threads=2)
+    for _ in p:
+        time.sleep(0.001)
+    s = p.stats()
+    assert s.peak_bytes <= 4096 and s.gets == 50
+
+
+def test_producer_exception_reraised_with_traceback_and_note():
+    def boom(x):
+        if x == 7:
+            raise KeyError(f"bad item {x}")
+        return x
+
+    got = []
+    with pytest.raises(KeyError) as info:
+        for x in prefetch(range(100), max_items=2, max_bytes="1MiB", threads=2, fn=boom):
+            got.append(x)
+    assert got == list(range(len(got))) and len(got) <= 7
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "map(boom)" in notes and "item #7" in notes
+    tb = "".join(traceback.format_exception(info.value))
+    assert "in boom" in tb  # the original frame survives the thread hop
+
+
+def test_source_exception_names_source():
+    def gen():
+        yield 1
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone") as info:
+        list(prefetch(gen(), max_items=2, max_bytes="1MiB", name="reader"))
+    assert "reader" in "".join(info.value.__notes__)
+
+
+def test_early_break_stops_threads():
+    started = time.monotonic()
+    for x in prefetch(iter(range(10**9)), max_items=3, max_bytes="1MiB", threads=3):
+        if x == 10:
+            break
+    assert wait_for_threads(timeout_s=1.0) == []
+    assert time.monotonic() - started < 5
+
+
+def test_close_twice_and_context_manager():
+    p = Prefetcher(range(10**6), max_items=2, max_bytes="1MiB", threads=2)
+    it = iter(p)
+    assert next(it) == 0
+    p.close()
+    p.close()
+    assert wait_for_threads(timeout_s=1.0) == []
+    with Prefetcher(range(10**6), max_items=2, max_bytes="1MiB") as p2:
+        assert next(iter(p2)) == 0
+    assert wait_for_threads(timeout_s=1.0) == []
+
+
+def test_consumer_exception_stops_threads():
+    def consume():
+        for x in prefetch(range(10**6), max_items=2, max_bytes="1MiB", threads=2):
+            if x == 3:
+                raise RuntimeError("consumer failed")
+
+    with pytest.raises(RuntimeError, match="consumer failed"):
+        consume()
+    assert wait_for_threads(timeout_s=1.0) == []
+
+
+def test_iterating_twice_is_an_error():
+    p = Prefetcher(range(3), max_items=2, max_bytes="1MiB")
+    assert list(p) == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="only once"):
+        list(p)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="threads"):
+        prefetch(range(3), max_items=2, max_bytes="1MiB", threads=4)
+    with pytest.raises(ValueError, match="threads"):
+        prefetch(range(3), max_items=2, max_bytes="1MiB", threads=0)
+
+
+def test_stuck_thread_is_daemon_and_close_is_bounded():
+    release = threading.Event()
+
+    def stuck(x):
+        release.wait(10)
+        return x
+
+    p = Prefetcher(range(5), max_items=2, max_bytes="1MiB", fn=stuck, join_timeout_s=0.2)
+    it = iter(p)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        p._buf.get(timeout_s=0.05)
+    p.close()
+    assert time.monotonic() - t0 < 2
+    release.set()
+    del it
