@@ -1,0 +1,23 @@
+"""Every example runs end to end (as a subprocess, the way a user runs it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(120)
+def test_buffer_basics_example():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "buffer_basics.py")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "sum=4950" in out.stdout
