@@ -5,7 +5,9 @@ Public API only; see README.md and DESIGN.md.
 
 from __future__ import annotations
 
+from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
+from .device import DevicePrefetcher
 from .errors import (
     BufferClosed,
     ShardError,
@@ -15,6 +17,8 @@ from .errors import (
     VideoError,
     WorkerError,
 )
+from .loader import Loader, LoaderStats
+from .pipeline import Pipeline, WorkerContext
 from .prefetch import Prefetcher, prefetch
 from .sizing import nbytes
 
@@ -22,8 +26,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundedBuffer",
+    "BudgetStats",
     "BufferClosed",
     "BufferStats",
+    "CreditBudget",
+    "DevicePrefetcher",
+    "Loader",
+    "LoaderStats",
+    "Pipeline",
     "Prefetcher",
     "ShardError",
     "ShardedBuffer",
@@ -31,6 +41,7 @@ __all__ = [
     "StreambufError",
     "TooManyFailures",
     "VideoError",
+    "WorkerContext",
     "WorkerError",
     "nbytes",
     "prefetch",

@@ -1,0 +1,250 @@
+"""Byte and batch credits shared between the main process and DataLoader workers.
+
+The accounting lives in shared memory (``multiprocessing`` raw arrays): per worker, the
+bytes and batches it has produced that the main process has not yet handed to the user.
+
+* A worker **reserves** before it builds a batch (an estimate: the largest batch it has
+  built so far, or its whole slice for the first one), so the batch under construction
+  is inside the budget too; once built, the reservation is adjusted to the true size.
+* The main process **releases** a batch's credits when it hands the batch to the user.
+* **Sharded** (``pooled=False``, for in-order delivery): worker ``w`` may hold at most its
+  slice, ``max_bytes // num_workers`` and ``max_batches // num_workers`` (remainders to
+  the first workers). In-order delivery waits for one particular worker; its credits
+  cannot be held by batches queued behind it, so it cannot deadlock (DESIGN.md 4).
+* **Pooled** (``pooled=True``, only for as-ready delivery): one pool for all workers.
+* A batch larger than the (slice of the) budget is admitted alone, when its worker holds
+  nothing (pooled: when nothing is held at all), and counted in ``oversize``.
+* A batch that turns out larger than its reservation is still delivered (it exists) and
+  counted in ``overshoot``; the worker's estimate grows, so it cannot happen twice for
+  the same size.
+* ``generation``: bumped by the main process when an iteration is abandoned; a worker
+  waiting for credits of an older generation stops waiting (its batches are discarded).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import asdict, dataclass
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from ._units import parse_bytes, parse_count
+
+__all__ = ["BudgetStats", "CreditBudget"]
+
+# indices into the per-worker int64 array
+_USED_B, _USED_N, _LIM_B, _LIM_N, _PEAK_B, _WAIT_US, _OVERSIZE, _OVERSHOOT = range(8)
+_F = 8
+# indices into the global array
+_G_GEN, _G_PEAK_B, _G_USED_B, _G_MAX_B, _G_MAX_N = range(5)
+
+
+@dataclass(frozen=True)
+class BudgetStats:
+    """Snapshot of the credits.
+
+    Attributes:
+        in_flight_bytes / in_flight_batches: produced, not yet handed to the user.
+        peak_in_flight_bytes: the most bytes ever in flight at once (all workers).
+        max_bytes / max_batches: the budget now.
+        per_worker_bytes / per_worker_peak_bytes / per_worker_limit_bytes: per worker.
+        worker_wait_s: seconds workers spent waiting for credits, total.
+        oversize: batches admitted alone because they exceeded the (slice of the) budget.
+        overshoot: batches larger than their reservation.
+    """
+
+    in_flight_bytes: int
+    in_flight_batches: int
+    peak_in_flight_bytes: int
+    max_bytes: int
+    max_batches: int
+    per_worker_bytes: tuple[int, ...]
+    per_worker_peak_bytes: tuple[int, ...]
+    per_worker_limit_bytes: tuple[int, ...]
+    worker_wait_s: float
+    oversize: int
+    overshoot: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+class CreditBudget:
+    """Shared byte/batch credits for ``num_workers`` producer processes.
+
+    Create it in the main process before the workers start; it pickles into workers
+    created by fork or spawn (shared memory is handed over at process creation).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_workers: int,
+        max_bytes: int | str,
+        max_batches: int,
+        pooled: bool,
+        ctx: BaseContext | None = None,
+    ) -> None:
+        self.num_workers = parse_count(num_workers, name="num_workers")
+        self.pooled = pooled
+        ctx = ctx or multiprocessing.get_context()
+        # A lock for the arrays and one "doorbell" semaphore per worker. Not a
+        # multiprocessing.Condition: its notify() waits for every sleeper to wake, and
+        # hangs forever when a sleeper has died (a killed worker, or interpreter exit).
+        self._lock = ctx.Lock()
+        self._bells = [ctx.Semaphore(0) for _ in range(self.num_workers)]
+        self._w = ctx.RawArray("q", self.num_workers * _F)
+        self._g = ctx.RawArray("q", 5)
+        self.set_limits(max_bytes=max_bytes, max_batches=max_batches)
+
+    # -- limits -----------------------------------------------------------------------
+    def set_limits(
+        self, *, max_bytes: int | str | None = None, max_batches: int | None = None
+    ) -> None:
+        """Change the budget at run time (safe point: slices are recomputed under the lock;
+        a shrink holds further reservations, it never takes back what is held)."""
+        with self._lock:
+            if max_bytes is not None:
+                self._g[_G_MAX_B] = parse_bytes(max_bytes)
+            if max_batches is not None:
+                mb = parse_count(max_batches, name="max_batches")
+                if not self.pooled and mb < self.num_workers:
+                    raise ValueError(
+                        f"max_batches={mb} must be >= num_workers={self.num_workers} with "
+                        "in_order=True (each worker owns at least one batch of credit)"
+                    )
+                self._g[_G_MAX_N] = mb
+            lb = _split(self._g[_G_MAX_B], self.num_workers)
+            ln = _split(self._g[_G_MAX_N], self.num_workers)
+            for w in range(self.num_workers):
+                self._w[w * _F + _LIM_B] = max(1, lb[w])
+                self._w[w * _F + _LIM_N] = max(1, ln[w])
+            self._ring()
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self._g[_G_MAX_B])
+
+    @property
+    def max_batches(self) -> int:
+        return int(self._g[_G_MAX_N])
+
+    def slice_bytes(self, worker: int) -> int:
+        """The bytes of ``worker``'s slice (when pooled: its fair share, a first estimate)."""
+        return int(self._w[worker * _F + _LIM_B])
+
+    # -- worker side ------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return int(self._g[_G_GEN])
+
+    def _fits(self, w: int, nbytes: int) -> bool:
+        o = w * _F
+        if self.pooled:
+            used_b = self._g[_G_USED_B]
+            used_n = sum(self._w[i * _F + _USED_N] for i in range(self.num_workers))
+            if used_n == 0:
+                return True
+            return used_n < self._g[_G_MAX_N] and used_b + nbytes <= self._g[_G_MAX_B]
+        if self._w[o + _USED_N] == 0:
+            return True
+        return (
+            self._w[o + _USED_N] < self._w[o + _LIM_N]
+            and self._w[o + _USED_B] + nbytes <= self._w[o + _LIM_B]
+        )
+
+    def reserve(self, worker: int, nbytes: int, *, generation: int, poll_s: float = 1.0) -> bool:
+        """Block until ``worker`` may hold one more batch of ``nbytes``; take the credits.
+
+        Returns False (nothing taken) if the main process moved to a newer generation.
+        ``poll_s`` only bounds how long a wait lasts between re-checks; wake-ups come
+        from ``release`` through the worker's doorbell semaphore.
+        """
+        t0 = time.monotonic()
+        while True:
+            with self._lock:
+                if self._g[_G_GEN] != generation:
+                    return False
+                if self._fits(worker, nbytes):
+                    o = worker * _F
+                    limit = self._g[_G_MAX_B] if self.pooled else self._w[o + _LIM_B]
+                    if nbytes > limit:
+                        self._w[o + _OVERSIZE] += 1
+                    self._add(worker, nbytes, 1)
+                    self._w[o + _WAIT_US] += int((time.monotonic() - t0) * 1e6)
+                    return True
+            self._bells[worker].acquire(timeout=poll_s)
+
+    def adjust(self, worker: int, delta_bytes: int, *, overshoot: bool = False) -> None:
+        """Correct a reservation by ``delta_bytes`` once the batch's true size is known."""
+        with self._lock:
+            self._add(worker, delta_bytes, 0)
+            if overshoot:
+                self._w[worker * _F + _OVERSHOOT] += 1
+            if delta_bytes < 0:
+                self._ring(worker)
+
+    def cancel(self, worker: int, nbytes: int) -> None:
+        """Give back a reservation that produced no batch."""
+        with self._lock:
+            self._add(worker, -nbytes, -1)
+            self._ring(worker)
+
+    def _ring(self, worker: int | None = None) -> None:
+        """Wake ``worker`` (pooled, or None: every worker) to re-check its credits."""
+        if worker is None or self.pooled:
+            for bell in self._bells:
+                bell.release()
+        else:
+            self._bells[worker].release()
+
+    def _add(self, worker: int, nbytes: int, nbatches: int) -> None:
+        o = worker * _F
+        self._w[o + _USED_B] += nbytes
+        self._w[o + _USED_N] += nbatches
+        self._g[_G_USED_B] += nbytes
+        if self._w[o + _USED_B] > self._w[o + _PEAK_B]:
+            self._w[o + _PEAK_B] = self._w[o + _USED_B]
+        if self._g[_G_USED_B] > self._g[_G_PEAK_B]:
+            self._g[_G_PEAK_B] = self._g[_G_USED_B]
+
+    # -- main side --------------------------------------------------------------------
+    def release(self, worker: int, nbytes: int) -> None:
+        """The main process handed a batch of ``nbytes`` from ``worker`` to the user."""
+        with self._lock:
+            self._add(worker, -nbytes, -1)
+            self._ring(worker)
+
+    def new_generation(self) -> int:
+        """Forget everything in flight (an iteration was abandoned) and wake all waiters."""
+        with self._lock:
+            self._g[_G_GEN] += 1
+            for w in range(self.num_workers):
+                self._w[w * _F + _USED_B] = 0
+                self._w[w * _F + _USED_N] = 0
+            self._g[_G_USED_B] = 0
+            self._ring()
+            return int(self._g[_G_GEN])
+
+    def stats(self) -> BudgetStats:
+        with self._lock:
+            rows = [list(self._w[w * _F : (w + 1) * _F]) for w in range(self.num_workers)]
+            return BudgetStats(
+                in_flight_bytes=int(self._g[_G_USED_B]),
+                in_flight_batches=sum(r[_USED_N] for r in rows),
+                peak_in_flight_bytes=int(self._g[_G_PEAK_B]),
+                max_bytes=int(self._g[_G_MAX_B]),
+                max_batches=int(self._g[_G_MAX_N]),
+                per_worker_bytes=tuple(r[_USED_B] for r in rows),
+                per_worker_peak_bytes=tuple(r[_PEAK_B] for r in rows),
+                per_worker_limit_bytes=tuple(r[_LIM_B] for r in rows),
+                worker_wait_s=sum(r[_WAIT_US] for r in rows) / 1e6,
+                oversize=sum(r[_OVERSIZE] for r in rows),
+                overshoot=sum(r[_OVERSHOOT] for r in rows),
+            )

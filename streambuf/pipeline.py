@@ -1,0 +1,315 @@
+"""``Pipeline``: a fluent, picklable ``IterableDataset`` built from stages.
+
+A pipeline starts from a *source*: a sequence of shards (file names, URLs, or plain
+items, each its own shard), optionally with ``expand(shard) -> Iterable[sample]``. Each
+copy of the pipeline (one per DataLoader worker, per rank) reads only its share, as
+``streambuf.sharding`` defines: shard order seeded by (seed, epoch), split across
+rank x worker so that every sample is delivered exactly once per epoch.
+
+Fluent methods return a *new* pipeline (the original is unchanged), so a base pipeline
+can be reused. Everything stored must pickle (functions at module level, not lambdas,
+when DataLoader workers are spawned).
+
+Determinism: with a seed, the output order of one (rank, worker) is a function of
+(seed, epoch, rank, world size, num_workers) alone; ``Loader(in_order=True)`` then makes
+the whole sequence deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from ._shared import SharedInt
+from .sharding import (
+    Equalize,
+    assign,
+    current_rank_world,
+    current_worker,
+    equal_batch_counts,
+    hash_seed,
+    shard_order,
+)
+from .stages import batch_items, filter_items, map_items, prefetch_items, shuffle_items
+
+__all__ = ["Pipeline", "WorkerContext"]
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Where one copy of a pipeline runs: the inputs of its deterministic order."""
+
+    rank: int
+    world_size: int
+    worker: int
+    num_workers: int
+    epoch: int
+    seed: int
+
+    @property
+    def slot(self) -> int:
+        return self.rank * self.num_workers + self.worker
+
+    @property
+    def slots(self) -> int:
+        return self.world_size * self.num_workers
+
+
+@dataclass(frozen=True)
+class _Stage:
+    kind: str
+    fn: Any = None
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class Pipeline(IterableDataset[Any]):
+    """A streaming dataset: source -> shard split -> stages.
+
+    Args:
+        source: a sequence of shards or items (each item is a shard of one sample).
+        expand: ``expand(shard) -> Iterable[sample]``; None means the shard is the sample.
+        shuffle_shards: permute the shard order each epoch, seeded by (seed, epoch).
+        seed: the base seed for shard order and shuffle stages.
+        samples_per_shard: sample count of each shard (an int for all, or a sequence);
+            needed only by ``equalize`` when ``expand`` is given.
+        equalize: None, ``"drop"`` or ``"pad"``: make every rank yield the same number of
+            batches (an unequal count hangs DDP). Needs a ``.batch()`` stage.
+        rank, world_size: override ``torch.distributed`` (to simulate ranks, or when
+            the process group is created after the pipeline).
+    """
+
+    def __init__(
+        self,
+        source: Sequence[Any] | Iterable[Any],
+        /,
+        *,
+        expand: Callable[[Any], Iterable[Any]] | None = None,
+        shuffle_shards: bool = False,
+        seed: int = 0,
+        samples_per_shard: int | Sequence[int] | None = None,
+        equalize: Equalize | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if equalize not in (None, "drop", "pad"):
+            raise ValueError(f"equalize={equalize!r} must be None, 'drop' or 'pad'")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank= and world_size=, or neither")
+        if rank is not None and world_size is not None and not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+        self._source = source
+        self._is_seq = isinstance(source, Sequence)
+        self._expand = expand
+        self._shuffle_shards = shuffle_shards
+        self._seed = int(seed)
+        self._samples_per_shard = samples_per_shard
+        self._equalize = equalize
+        self._rank_world: tuple[int, int] | None = (
+            None if rank is None or world_size is None else (rank, world_size)
+        )
+        self._stages: tuple[_Stage, ...] = ()
+        self._epoch = SharedInt(0)
+        self._stage_bytes: int | None = None  # set by Loader: default budget for stages
+
+    # -- fluent construction -----------------------------------------------------------
+    def _with(self, stage: _Stage) -> Pipeline:
+        new = self.__class__.__new__(self.__class__)
+        new.__dict__.update(self.__dict__)
+        new._stages = (*self._stages, stage)
+        return new
+
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        /,
+        *,
+        threads: int = 1,
+        ordered: bool = True,
+        max_items: int | None = None,
+        max_bytes: int | str | None = None,
+    ) -> Pipeline:
+        """Apply ``fn`` to each item, on ``threads`` threads inside each worker."""
+        return self._with(
+            _Stage(
+                "map",
+                fn,
+                {
+                    "threads": threads,
+                    "ordered": ordered,
+                    "max_items": max_items,
+                    "max_bytes": max_bytes,
+                },
+            )
+        )
+
+    def filter(self, fn: Callable[[Any], bool], /) -> Pipeline:
+        """Keep the items for which ``fn`` is true (equalize then pads by repetition)."""
+        return self._with(_Stage("filter", fn))
+
+    def shuffle(
+        self, buffer_items: int, /, *, max_bytes: int | str | None = None, seed: int | None = None
+    ) -> Pipeline:
+        """Bounded shuffle; seeded by (seed, epoch, rank, worker)."""
+        return self._with(
+            _Stage(
+                "shuffle",
+                None,
+                {"buffer_items": buffer_items, "max_bytes": max_bytes, "seed": seed},
+            )
+        )
+
+    def batch(
+        self,
+        n: int,
+        /,
+        *,
+        collate: Callable[[list[Any]], Any] | None = None,
+        drop_last: bool = False,
+    ) -> Pipeline:
+        """Group ``n`` items and collate them (``default_collate`` unless given)."""
+        if any(s.kind == "batch" for s in self._stages):
+            raise ValueError("a pipeline has at most one .batch() stage")
+        return self._with(_Stage("batch", collate, {"n": n, "drop_last": drop_last}))
+
+    def prefetch(self, *, max_items: int, max_bytes: int | str) -> Pipeline:
+        """Run everything upstream ahead on a background thread, bounded."""
+        return self._with(
+            _Stage("prefetch", None, {"max_items": max_items, "max_bytes": max_bytes})
+        )
+
+    # -- epochs -----------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch; reaches DataLoader workers, persistent ones included."""
+        self._epoch.value = int(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    # -- iteration --------------------------------------------------------------------
+    def context(self) -> WorkerContext:
+        """The context this copy runs in now (rank/world, worker, epoch, seed)."""
+        rank, world = self._rank_world or current_rank_world()
+        worker, nworkers = current_worker()
+        return WorkerContext(rank, world, worker, nworkers, self._epoch.value, self._seed)
+
+    def _sizes(self) -> list[int]:
+        n = len(self._source)  # type: ignore[arg-type]
+        if self._expand is None:
+            return [1] * n
+        sps = self._samples_per_shard
+        if sps is None:
+            raise ValueError(
+                "equalize needs the number of samples per shard: pass samples_per_shard= "
+                "(an int, or one count per shard)"
+            )
+        if isinstance(sps, int):
+            return [sps] * n
+        if len(sps) != n:
+            raise ValueError(f"samples_per_shard has {len(sps)} counts for {n} shards")
+        return list(sps)
+
+    def _samples(self, ctx: WorkerContext) -> Iterator[Any]:
+        if not self._is_seq:  # a one-shot stream: every slot reads it, keeps its stride
+            items: Iterable[Any] = self._source
+            if self._expand is not None:
+                items = itertools.chain.from_iterable(map(self._expand, items))
+            yield from itertools.islice(items, ctx.slot, None, ctx.slots)
+            return
+        source: Sequence[Any] = self._source  # type: ignore[assignment]
+        order = shard_order(
+            len(source), seed=self._seed, epoch=ctx.epoch, shuffle=self._shuffle_shards
+        )
+        a = assign(len(source), order, ctx.slot, ctx.slots)
+        for i in a.shards:
+            shard = source[i]
+            samples = [shard] if self._expand is None else self._expand(shard)
+            if a.stride == 1:
+                yield from samples
+            else:
+                yield from itertools.islice(samples, a.offset, None, a.stride)
+
+    def _stream(self, ctx: WorkerContext, pass_index: int = 0) -> Iterator[Any]:
+        it: Iterator[Any] = self._samples(ctx)
+        for k, st in enumerate(self._stages):
+            a = st.args
+            if st.kind == "map":
+                mb = a["max_bytes"] or self._stage_bytes or "256MiB"
+                it = map_items(
+                    it,
+                    st.fn,
+                    threads=a["threads"],
+                    ordered=a["ordered"],
+                    max_items=a["max_items"],
+                    max_bytes=mb,
+                )
+            elif st.kind == "filter":
+                it = filter_items(it, st.fn)
+            elif st.kind == "shuffle":
+                base = self._seed if a["seed"] is None else a["seed"]
+                seed = hash_seed(base, ctx.epoch, ctx.rank, ctx.worker, k, pass_index)
+                it = shuffle_items(it, a["buffer_items"], max_bytes=a["max_bytes"], seed=seed)
+            elif st.kind == "batch":
+                it = batch_items(it, a["n"], collate=st.fn, drop_last=a["drop_last"])
+            elif st.kind == "prefetch":
+                it = prefetch_items(it, max_items=a["max_items"], max_bytes=a["max_bytes"])
+        return it
+
+    def batch_counts(
+        self, *, world_size: int, num_workers: int, epoch: int = 0
+    ) -> list[list[int]] | None:
+        """With ``equalize``: batches per [rank][worker] for ``epoch``; else None."""
+        if self._equalize is None:
+            return None
+        batch = [s for s in self._stages if s.kind == "batch"]
+        if not batch:
+            raise ValueError("equalize counts batches: add a .batch(n) stage")
+        if not self._is_seq:
+            raise ValueError("equalize needs a sequence source (its length must be known)")
+        n = len(self._source)  # type: ignore[arg-type]
+        order = shard_order(n, seed=self._seed, epoch=epoch, shuffle=self._shuffle_shards)
+        return equal_batch_counts(
+            self._sizes(),
+            order,
+            world_size=world_size,
+            num_workers=num_workers,
+            batch_size=batch[0].args["n"],
+            drop_last=batch[0].args["drop_last"],
+            mode=self._equalize,
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        ctx = self.context()
+        counts = self.batch_counts(
+            world_size=ctx.world_size, num_workers=ctx.num_workers, epoch=ctx.epoch
+        )
+        if counts is None:
+            yield from self._stream(ctx)
+            return
+        target = counts[ctx.rank][ctx.worker]
+        produced = 0
+        for pass_index in itertools.count():
+            got = 0
+            for item in self._stream(ctx, pass_index):
+                if produced == target:
+                    return
+                yield item
+                produced += 1
+                got += 1
+            if produced == target:
+                return
+            if got == 0:
+                raise ValueError(
+                    f"equalize: rank {ctx.rank} worker {ctx.worker} must yield {target} "
+                    f"batches but its stream is empty (a filter dropped everything?)"
+                )
+
+    def __repr__(self) -> str:
+        stages = "".join(f".{s.kind}(...)" for s in self._stages)
+        n = len(self._source) if self._is_seq else "?"  # type: ignore[arg-type]
+        return f"Pipeline(<{n} shards>){stages}"

@@ -1,0 +1,132 @@
+"""The http(s) transport of ``open_stream``: urllib, one streaming GET per connection,
+``Range: bytes=<offset>-`` to resume (see ``opener`` for why not fsspec here)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import logging
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from ._resumable import _Missing, _RawBase, _Transient
+
+log = logging.getLogger("streambuf")
+
+
+class _HTTPRaw(_RawBase):
+    def __init__(self, url: str, **kw: Any) -> None:
+        super().__init__(url, **kw)
+        parts = urllib.parse.urlsplit(url)
+        self._headers = {"Accept-Encoding": "identity", "User-Agent": "streambuf"}
+        if parts.username is not None or parts.password is not None:
+            user = urllib.parse.unquote(parts.username or "")
+            pw = urllib.parse.unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{pw}".encode()).decode("ascii")
+            self._headers["Authorization"] = f"Basic {token}"
+            self._secrets = (*self._secrets, *(s for s in (pw, token) if len(s) >= 4))
+            netloc = parts.hostname or ""
+            if ":" in netloc:
+                netloc = f"[{netloc}]"
+            if parts.port is not None:
+                netloc += f":{parts.port}"
+            parts = parts._replace(netloc=netloc)
+        self._plain_url = urllib.parse.urlunsplit(parts)
+        self._resp: http.client.HTTPResponse | None = None
+        self._validator: tuple[str, str] | None = None
+
+    def _connect(self, offset: int) -> None:
+        headers = dict(self._headers)
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+            if self._validator:
+                headers["If-Range"] = self._validator[1]
+        req = urllib.request.Request(self._plain_url, headers=headers)
+        try:
+            resp = urllib.request.urlopen(req, timeout=self._timeout_s)
+        except urllib.error.HTTPError as exc:
+            status, reason = exc.code, exc.reason
+            exc.close()
+            if status == 416 and self.size is not None and offset >= self.size:
+                self._resp = None
+                return
+            msg = f"HTTP {status} {reason}"
+            if status in (404, 410):
+                raise FileNotFoundError(msg) from None
+            if status in (401, 403):
+                raise PermissionError(msg) from None
+            if status >= 500 or status in (408, 429):
+                raise _Transient(msg) from None
+            raise _Missing(msg) from None
+        status = resp.status
+        length = resp.headers.get("Content-Length")
+        if status == 206:
+            cr = resp.headers.get("Content-Range", "")
+            try:
+                unit_range, total = cr.split(" ", 1)[1].split("/")
+                start = int(unit_range.split("-")[0])
+            except (IndexError, ValueError):
+                resp.close()
+                raise _Transient(f"bad Content-Range {cr!r}") from None
+            if start != offset:
+                resp.close()
+                raise _Transient(f"asked for byte {offset}, server answered from byte {start}")
+            if total != "*":
+                self.size = int(total)
+        elif status == 200:
+            if offset and self._validator and self._validator[0] == "etag":
+                resp.close()
+                raise _Missing("the object changed while it was being read (ETag differs)")
+            if length is not None:
+                self.size = int(length)
+            if offset:
+                self._skip_prefix(resp, offset)
+        else:
+            resp.close()
+            raise _Transient(f"unexpected HTTP status {status}")
+        if self._validator is None:
+            etag = resp.headers.get("ETag")
+            if etag and not etag.startswith("W/"):
+                self._validator = ("etag", etag)
+            elif resp.headers.get("Last-Modified"):
+                self._validator = ("date", resp.headers["Last-Modified"])
+        self._resp = resp
+
+    def _skip_prefix(self, resp: http.client.HTTPResponse, offset: int) -> None:
+        log.warning(
+            "streambuf: %s ignored the Range header; discarding %d bytes to resume",
+            self.url,
+            offset,
+        )
+        left = offset
+        while left:
+            chunk = resp.read(min(left, 1 << 20))
+            if not chunk:
+                raise http.client.IncompleteRead(b"", left)
+            left -= len(chunk)
+            self._counters.add(discarded_bytes=len(chunk))
+
+    def _read_some(self, n: int) -> bytes:
+        if self._resp is None:
+            return b""
+        data = self._resp.read1(n)
+        if not data and self.size is not None and self.offset < self.size:
+            raise http.client.IncompleteRead(b"", self.size - self.offset)
+        return data
+
+    def _disconnect(self) -> None:
+        resp, self._resp = self._resp, None
+        if resp is not None:
+            resp.close()
+
+    def _interrupt(self) -> None:
+        resp = self._resp
+        sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

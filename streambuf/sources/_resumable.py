@@ -1,0 +1,247 @@
+"""Resumable sequential reads: the retry/backoff loop shared by every transport.
+
+``_RawBase`` is a raw binary stream whose ``readinto`` retries transient failures and
+reconnects at ``offset`` (the bytes delivered so far); subclasses implement
+``_connect(offset)``, ``_read_some(n)`` and ``_disconnect()``. See ``opener`` for the rules.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ShardError
+from .urls import redact
+
+__all__ = ["IOCounters", "IOStats"]
+
+log = logging.getLogger("streambuf")
+
+
+@dataclass(frozen=True)
+class IOStats:
+    """Snapshot of I/O counters.
+
+    Attributes:
+        opens: streams opened. requests: requests issued (first GETs, resumes, ranged reads).
+        retries: failed attempts that were retried. bytes: bytes delivered to readers.
+        discarded_bytes: bytes re-received and dropped (servers that ignore ``Range``).
+    """
+
+    opens: int = 0
+    requests: int = 0
+    retries: int = 0
+    bytes: int = 0
+    discarded_bytes: int = 0
+
+
+class IOCounters:
+    """Thread-safe counters shared by streams (e.g. all lanes of one worker)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._c = {"opens": 0, "requests": 0, "retries": 0, "bytes": 0, "discarded_bytes": 0}
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                self._c[k] += v
+
+    def snapshot(self) -> IOStats:
+        with self._lock:
+            return IOStats(**self._c)
+
+
+class _Missing(Exception):
+    """The object does not exist or access is refused: never retried."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying (5xx, short body, bad Content-Range)."""
+
+
+_FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, _Missing)
+_TRANSIENT = (OSError, http.client.HTTPException, _Transient, TimeoutError, EOFError)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, _FATAL):
+        return False
+    if isinstance(exc, _TRANSIENT):
+        return True
+    if type(exc).__module__.split(".")[0] in ("aiohttp", "botocore", "aiobotocore", "urllib3"):
+        response = getattr(exc, "response", None)  # botocore ClientError: a dict
+        status = None
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return status is None or status >= 500 or status in (408, 429)
+    return False
+
+
+class _RawBase(io.RawIOBase):
+    """Sequential reader with resume-at-offset retries; subclasses do the transport."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        retries: int,
+        backoff_s: float,
+        max_backoff_s: float,
+        timeout_s: float,
+        block_bytes: int,
+        semaphore: threading.BoundedSemaphore | None,
+        counters: IOCounters | None,
+        secrets: tuple[str, ...],
+    ) -> None:
+        super().__init__()
+        self.url = redact(url, secrets=secrets)
+        self.size: int | None = None
+        self.offset = 0
+        self.retries = 0
+        self._target = url
+        self._max_retries = retries
+        self._backoff_s, self._max_backoff_s = backoff_s, max_backoff_s
+        self._timeout_s = timeout_s
+        self._block = block_bytes
+        self._sem = semaphore
+        self._counters = counters or IOCounters()
+        self._secrets = secrets
+        self._cancel = threading.Event()
+        self._connected = False
+        self._rng = random.Random()
+
+    # transport hooks
+    def _connect(self, offset: int) -> None:
+        raise NotImplementedError
+
+    def _read_some(self, n: int) -> bytes:
+        raise NotImplementedError
+
+    def _disconnect(self) -> None:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.offset
+
+    def open(self) -> None:
+        """First request, eagerly, so a missing object fails here with stage ``"open"``."""
+        self._counters.add(opens=1)
+        self._attempt(lambda: self._ensure_connected(), stage="open")
+
+    def _ensure_connected(self) -> None:
+        if not self._connected:
+            self._counters.add(requests=1)
+            with self._sem or _NULL:
+                self._connect(self.offset)
+            self._connected = True
+
+    def _attempt_read(self, n: int) -> bytes:
+        self._ensure_connected()
+        with self._sem or _NULL:
+            data = self._read_some(n)
+        if not data and self.size is not None and self.offset < self.size:
+            raise http.client.IncompleteRead(b"", self.size - self.offset)
+        return data
+
+    def _attempt(self, fn: Any, *, stage: str) -> Any:
+        failures = 0
+        while True:
+            if self._cancel.is_set():
+                raise ShardError("stream aborted", stage=stage, source=self.url)
+            try:
+                return fn()
+            except BaseException as exc:
+                self._drop()
+                if self._cancel.is_set():
+                    raise ShardError("stream aborted", stage=stage, source=self.url) from exc
+                what = f"{type(exc).__name__}: {redact(exc, secrets=self._secrets)}"
+                if not _is_transient(exc):
+                    if isinstance(exc, ImportError) or not isinstance(exc, Exception):
+                        raise
+                    if isinstance(exc, FileNotFoundError | PermissionError):
+                        stage = "open"  # missing or refused: an open failure wherever seen
+                    verb = (
+                        "cannot open" if stage == "open" else f"read failed at byte {self.offset}"
+                    )
+                    raise ShardError(f"{verb}: {what}", stage=stage, source=self.url) from exc
+                failures += 1
+                if failures > self._max_retries:
+                    raise ShardError(
+                        f"gave up at byte offset {self.offset}"
+                        + (f" of {self.size}" if self.size is not None else "")
+                        + f" after {failures - 1} retries; last error: {what}",
+                        stage=stage,
+                        source=self.url,
+                    ) from exc
+                self.retries += 1
+                self._counters.add(retries=1)
+                delay = min(self._max_backoff_s, self._backoff_s * 2 ** (failures - 1))
+                delay *= self._rng.uniform(0.5, 1.0)
+                log.info(
+                    "streambuf: retry %d of %s at byte %d in %.2f s after %s",
+                    failures,
+                    self.url,
+                    self.offset,
+                    delay,
+                    what,
+                )
+                if self._cancel.wait(delay):
+                    raise ShardError("stream aborted", stage=stage, source=self.url) from exc
+
+    def _drop(self) -> None:
+        self._connected = False
+        try:
+            self._disconnect()
+        except Exception:  # best effort: the connection is already broken
+            pass
+
+    def readinto(self, b: Any) -> int:
+        n = len(b)
+        if n == 0 or (self.size is not None and self.offset >= self.size):
+            return 0
+        data = self._attempt(lambda: self._attempt_read(min(n, self._block)), stage="read")
+        k = len(data)
+        b[:k] = data
+        self.offset += k
+        self._counters.add(bytes=k)
+        return k
+
+    def readall(self) -> bytes:
+        chunks = []
+        buf = bytearray(self._block)
+        while n := self.readinto(buf):
+            chunks.append(bytes(buf[:n]))
+        return b"".join(chunks)
+
+    def abort(self) -> None:
+        """Make a blocked or later read fail fast (from another thread). Idempotent."""
+        self._cancel.set()
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self._drop()
+        super().close()
+
+
+class _NullCtx:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: object) -> None:
+        return None
+
+
+_NULL = _NullCtx()

@@ -1,0 +1,160 @@
+"""Field decoders for WebDataset samples, chosen by extension.
+
+Defaults (extensions as webdataset names them; a field ``x.seg.png`` is looked up as
+``x.seg.png``, then ``seg.png``, then ``png``):
+
+* ``npy``: ``numpy.load(..., allow_pickle=False)`` (object arrays are refused).
+* ``json``/``jsn``: ``json.loads``.
+* ``txt``/``text``/``transcript``: UTF-8 ``str``.
+* ``cls``/``cls2``/``class``/``count``/``index``/``inx``/``id``: ``int``.
+* ``pth``: ``torch.load(..., weights_only=True)``: tensors and plain containers only; a
+  pickle that would import or call anything else is refused.
+* ``jpg``/``jpeg``/``png``/``ppm``/``pgm``/``pbm``/``bmp``/``tif``/``tiff``/``webp``:
+  Pillow (``pip install pillow``), converted to RGB, returned as a ``uint8`` numpy array
+  ``(H, W, 3)``. Pillow rather than ``torchvision.io.decode_image`` because Pillow is a
+  small, always-available wheel and torchvision is not a dependency; its decompression
+  bomb guard (``Image.MAX_IMAGE_PIXELS``) stays on.
+* anything else: left as ``bytes``. There is no pickle decoder: ``pyd``/``pickle`` fields
+  stay bytes unless the user registers one, because unpickling untrusted shards runs code.
+
+Custom decoders: pass ``{"ext": fn}`` to ``Decoder``/``decode_sample`` (per call, and
+picklable with the pipeline), or ``register_decoder(ext, fn)`` (process-wide; a spawned
+DataLoader worker only sees registrations made at import time of your module). ``fn``
+takes the field's ``bytes`` and returns anything; ``None`` as ``fn`` keeps the bytes.
+
+Failures become ``ShardError`` (stage ``"decode"``) naming the sample key and field, and
+the URL; the original exception is ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import ShardError, StageError
+from .urls import redact
+
+__all__ = ["DEFAULT_DECODERS", "Decoder", "decode_sample", "register_decoder"]
+
+FieldDecoder = Callable[[bytes], Any]
+
+
+def decode_npy(data: bytes) -> Any:
+    import numpy as np
+
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def decode_json(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def decode_text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def decode_int(data: bytes) -> int:
+    return int(data.decode("ascii").strip())
+
+
+def decode_pth(data: bytes) -> Any:
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+
+
+def decode_image(data: bytes) -> Any:
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("decoding images needs Pillow: pip install pillow") from exc
+    import numpy as np
+
+    with Image.open(io.BytesIO(data)) as img:
+        return np.asarray(img.convert("RGB"), dtype=np.uint8)
+
+
+def _table() -> dict[str, FieldDecoder]:
+    table: dict[str, FieldDecoder] = {"npy": decode_npy, "pth": decode_pth}
+    table.update(dict.fromkeys(("json", "jsn"), decode_json))
+    table.update(dict.fromkeys(("txt", "text", "transcript"), decode_text))
+    table.update(dict.fromkeys(("cls", "cls2", "class", "count", "index", "inx", "id"), decode_int))
+    images = ("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "webp")
+    table.update(dict.fromkeys(images, decode_image))
+    return table
+
+
+DEFAULT_DECODERS: dict[str, FieldDecoder] = _table()
+_registry: dict[str, FieldDecoder | None] = {}
+
+
+def register_decoder(ext: str, fn: FieldDecoder | None, /) -> None:
+    """Use ``fn`` for fields ending in ``ext`` (e.g. ``"pyd"``, ``"seg.png"``) in this
+    process; ``None`` keeps such fields as bytes. Later registrations win."""
+    if not isinstance(ext, str) or not ext or ext.startswith("."):
+        raise ValueError(f"ext={ext!r} must be an extension without the dot, like 'png'")
+    _registry[ext.lower()] = fn
+
+
+def _candidates(field: str) -> list[str]:
+    parts = field.lower().split(".")
+    return [".".join(parts[i:]) for i in range(len(parts))]
+
+
+class Decoder:
+    """Decode every field of a sample by extension; picklable if its functions are.
+
+    Args:
+        decoders: extension -> function (or None to keep bytes); consulted first.
+        defaults: also use ``register_decoder`` entries and ``DEFAULT_DECODERS``.
+
+    Calling it on a sample returns a new dict; ``__``-prefixed entries pass through.
+    """
+
+    def __init__(
+        self, decoders: Mapping[str, FieldDecoder | None] | None = None, *, defaults: bool = True
+    ) -> None:
+        self.decoders = {k.lower().lstrip("."): v for k, v in (decoders or {}).items()}
+        self.defaults = defaults
+
+    def _lookup(self, field: str) -> FieldDecoder | None:
+        tables: list[Mapping[str, FieldDecoder | None]] = [self.decoders]
+        if self.defaults:
+            tables += [_registry, DEFAULT_DECODERS]
+        for ext in _candidates(field):
+            for table in tables:
+                if ext in table:
+                    return table[ext]
+        return None
+
+    def __call__(self, sample: Mapping[str, Any], /) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for field, value in sample.items():
+            fn = None if field.startswith("__") else self._lookup(field)
+            if fn is None or not isinstance(value, bytes | bytearray | memoryview):
+                out[field] = value
+                continue
+            try:
+                out[field] = fn(bytes(value))
+            except ImportError:
+                raise
+            except Exception as exc:
+                key = sample.get("__key__", "?")
+                url = sample.get("__url__")
+                err: StageError = ShardError(
+                    f"cannot decode field {field!r} of sample {key!r}: "
+                    f"{type(exc).__name__}: {redact(exc)}",
+                    stage="decode",
+                    source=redact(url) if url is not None else None,
+                )
+                raise err from exc
+        return out
+
+
+def decode_sample(
+    sample: Mapping[str, Any], /, decoders: Mapping[str, FieldDecoder | None] | None = None
+) -> dict[str, Any]:
+    """Decode one sample with ``Decoder(decoders)``; see the module docstring."""
+    return Decoder(decoders)(sample)

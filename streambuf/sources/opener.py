@@ -1,0 +1,193 @@
+"""``open_stream``: read one shard sequentially, retrying and resuming at the byte offset.
+
+Three transports, chosen by the URL:
+
+* a local path or ``file://``: plain ``open`` (no retries: local errors are not transient).
+* ``http://``/``https://``: the standard library (``urllib.request``), one streaming GET
+  per connection. Chosen over fsspec's HTTP filesystem because resuming needs control
+  fsspec does not give: after a dropped connection, a 5xx or a timeout we send
+  ``Range: bytes=<offset>-`` and check that the ``206`` answer's ``Content-Range`` starts
+  exactly at ``offset`` (a server that ignores ``Range`` and answers ``200`` is handled by
+  discarding the first ``offset`` bytes, logged, so nothing is ever delivered twice).
+  A body shorter than its ``Content-Length`` is an error (``IncompleteRead``), never a
+  silent end. ``user:password@`` in the URL becomes an ``Authorization: Basic`` header;
+  proxies and redirects follow urllib's rules (``http_proxy``/``no_proxy``).
+* any other protocol (``s3://``, ``gs://``, ...): fsspec (``pip install streambuf[remote]``).
+  Each read is one ranged GET of at most ``block_bytes`` at the current offset (the file
+  is opened with ``cache_type="none"``), so a failed read is simply re-issued at the same
+  offset on a fresh file object. ``storage_options`` go to the filesystem
+  (``endpoint_url``, ``key``, ``secret``, ``anon``, ...). s3fs also retries some errors
+  itself (``S3FileSystem.retries``); those attempts do not show in ``retries``.
+
+Invariants: bytes come out in order, exactly once; ``offset`` counts the bytes delivered
+so far; a retry never restarts from byte 0. Transient errors (5xx, 408, 429, reset or
+dropped connections, timeouts, short bodies) are retried up to ``retries`` times *in a
+row* (the count restarts once bytes flow again) with exponential backoff and jitter. A
+missing object (404/410, ``NoSuchKey``, ``FileNotFoundError``) or a refusal (401/403)
+raises ``ShardError`` at once, stage ``"open"``. Every message is passed through
+``redact`` (credentials and sensitive ``storage_options`` values never appear).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .._units import parse_bytes
+from ._http import _HTTPRaw
+from ._resumable import IOCounters, IOStats, _RawBase
+from .urls import secrets_of
+
+__all__ = ["IOCounters", "IOStats", "ShardReader", "open_stream"]
+
+
+class _FsspecRaw(_RawBase):
+    def __init__(self, url: str, *, storage_options: Mapping[str, Any] | None, **kw: Any) -> None:
+        super().__init__(url, **kw)
+        self._options = dict(storage_options or {})
+        self._fs: Any = None
+        self._path = ""
+        self._f: Any = None
+
+    def _connect(self, offset: int) -> None:
+        if self._fs is None:
+            try:
+                import fsspec
+            except ImportError as exc:
+                raise ImportError(
+                    f"reading {self.url.split('://')[0]}:// URLs needs fsspec (and s3fs for "
+                    "s3://): pip install streambuf[remote]"
+                ) from exc
+            self._fs, self._path = fsspec.core.url_to_fs(self._target, **self._options)
+        f = self._fs.open(self._path, "rb", block_size=self._block, cache_type="none")
+        self.size = f.size
+        f.seek(offset)
+        self._f = f
+
+    def _read_some(self, n: int) -> bytes:
+        return bytes(self._f.read(n))
+
+    def _disconnect(self) -> None:
+        f, self._f = self._f, None
+        if f is not None:
+            f.close()
+
+
+class _LocalRaw(_RawBase):
+    def _connect(self, offset: int) -> None:
+        path = (
+            self._target[len("file://") :] if self._target.startswith("file://") else self._target
+        )
+        self._file = open(path, "rb", buffering=0)
+        self.size = os.fstat(self._file.fileno()).st_size
+        self._file.seek(offset)
+
+    def _read_some(self, n: int) -> bytes:
+        return self._file.read(n) or b""
+
+    def _disconnect(self) -> None:
+        f = getattr(self, "_file", None)
+        if f is not None:
+            f.close()
+
+
+class ShardReader(io.BufferedReader):
+    """The buffered binary stream ``open_stream`` returns.
+
+    Attributes (read-only): ``url`` (redacted), ``size`` (bytes, or None if unknown),
+    ``offset`` (bytes received from the source so far, >= ``tell()``), ``retries``.
+    ``abort()`` makes a blocked read fail fast from another thread.
+    """
+
+    raw: _RawBase
+
+    @property
+    def url(self) -> str:
+        return self.raw.url
+
+    @property
+    def size(self) -> int | None:
+        return self.raw.size
+
+    @property
+    def offset(self) -> int:
+        return self.raw.offset
+
+    @property
+    def retries(self) -> int:
+        return self.raw.retries
+
+    def abort(self) -> None:
+        self.raw.abort()
+
+
+def open_stream(
+    url: str | os.PathLike[str],
+    /,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    retries: int = 5,
+    backoff_s: float = 0.2,
+    max_backoff_s: float = 5.0,
+    timeout_s: float = 30,
+    block_bytes: int | str = 1 << 20,
+    max_concurrent_io: threading.BoundedSemaphore | None = None,
+    counters: IOCounters | None = None,
+) -> ShardReader:
+    """Open ``url`` for sequential reading with retries that resume at the byte offset.
+
+    Args:
+        url: local path, ``file://``, ``http(s)://`` or any fsspec URL.
+        storage_options: fsspec filesystem options (``endpoint_url``, ``key``, ``secret``,
+            ``anon``...); values of sensitive keys are redacted from every message.
+        retries: consecutive failed attempts allowed without progress (>= 0).
+        backoff_s, max_backoff_s: the delay before retry k is
+            ``min(max_backoff_s, backoff_s * 2**(k-1))`` times a jitter in [0.5, 1].
+        timeout_s: socket timeout (connect, and each wait for bytes) for http(s).
+        block_bytes: read size (int or "8MiB"); for fsspec URLs, the size of one ranged GET.
+        max_concurrent_io: held while a request or a read is in flight (shared by lanes).
+        counters: where to count opens, requests, retries and bytes (e.g. shared by lanes).
+
+    Returns:
+        A ``ShardReader`` (a binary ``io.BufferedReader``); close it (or use ``with``).
+
+    Raises:
+        ShardError: stage ``"open"`` for a missing or forbidden object (no retries) or
+            when the first request kept failing; stage ``"read"`` (from ``read``) once
+            retries are exhausted, naming the offset and the last error.
+        ImportError: fsspec/s3fs missing for a remote protocol (names the extra).
+    """
+    if retries < 0:
+        raise ValueError(f"retries={retries!r} must be >= 0")
+    if timeout_s <= 0 or backoff_s < 0 or max_backoff_s < 0:
+        raise ValueError("timeout_s must be > 0 and backoff_s, max_backoff_s >= 0")
+    block = parse_bytes(block_bytes, name="block_bytes")
+    target = os.fspath(url)
+    secrets = secrets_of(storage_options)
+    kw: dict[str, Any] = dict(
+        retries=retries,
+        backoff_s=backoff_s,
+        max_backoff_s=max_backoff_s,
+        timeout_s=timeout_s,
+        block_bytes=block,
+        semaphore=max_concurrent_io,
+        counters=counters,
+        secrets=secrets,
+    )
+    proto = target.split("://", 1)[0].lower() if "://" in target else "file"
+    raw: _RawBase
+    if proto == "file":
+        raw = _LocalRaw(target, **{**kw, "retries": 0})
+    elif proto in ("http", "https"):
+        raw = _HTTPRaw(target, **kw)
+    else:
+        raw = _FsspecRaw(target, storage_options=storage_options, **kw)
+    try:
+        raw.open()
+    except BaseException:
+        raw.close()
+        raise
+    return ShardReader(raw, buffer_size=block)

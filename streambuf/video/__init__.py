@@ -1,0 +1,40 @@
+"""Video clips decoded with PyAV: samplers, ``decode_clips``, ``probe`` and ``Clip``.
+
+Importing this package does not import PyAV; ``probe`` and ``decode_clips`` do, and raise
+``ImportError`` naming the extra (``pip install streambuf[video]``) when it is missing.
+Conventions (DESIGN.md, "Video conventions"): uint8 RGB, layout "TCHW" by default, time in
+seconds from real frame pts, torchcodec's sampler vocabulary.
+"""
+
+from __future__ import annotations
+
+from .clips import Clip, DecodeStats, Layout, decode_clips
+from .probe import VideoInfo, VideoSource, probe
+from .samplers import (
+    ClipSampler,
+    Policy,
+    clips_at_random_indices,
+    clips_at_random_timestamps,
+    clips_at_regular_indices,
+    clips_at_regular_timestamps,
+    every_frame_windows,
+    sampler_rng,
+)
+
+__all__ = [
+    "Clip",
+    "ClipSampler",
+    "DecodeStats",
+    "Layout",
+    "Policy",
+    "VideoInfo",
+    "VideoSource",
+    "clips_at_random_indices",
+    "clips_at_random_timestamps",
+    "clips_at_regular_indices",
+    "clips_at_regular_timestamps",
+    "decode_clips",
+    "every_frame_windows",
+    "probe",
+    "sampler_rng",
+]

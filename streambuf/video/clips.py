@@ -1,0 +1,344 @@
+"""Decode sampled clips from one video with PyAV: ``Clip`` and ``decode_clips``.
+
+How a video is read (DESIGN.md, "Video conventions"):
+
+1. open (path or seekable binary file object) and index the frames from packet pts, no
+   decoding (``probe.build_index``);
+2. ask the sampler for clips (frame indices), with a generator seeded by
+   ``(seed, epoch, index)``;
+3. decode the union of the requested frames in presentation order, **forward only**: the
+   decoder seeks only when the next requested frame's keyframe lies beyond the frame that
+   decoding forward would produce next (so it never decodes frames a seek could skip,
+   never seeks where it could just continue, and never goes back); each frame
+   is decoded and converted (swscale: resize + rgb24) once however many clips share it;
+4. yield each clip as soon as its last frame is decoded, and drop frames no pending clip
+   needs, so at most the frames of the clips in progress are held.
+
+Clips are therefore yielded in order of their last frame (ties: sampler order), which for
+regular and window samplers is the sampler's order; ``Clip.clip_index`` is always the
+sampler's position. The container is closed when the generator finishes, fails or is
+closed early.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+from torch.utils.data._utils.collate import default_collate_fn_map
+
+from .._failures import FailurePolicy, OnError
+from ..errors import VideoError
+from .probe import VideoInfo, VideoSource, _import_av, build_index, open_video, source_name
+from .samplers import ClipSampler, sampler_rng
+
+__all__ = ["Clip", "DecodeStats", "Layout", "decode_clips"]
+
+Layout = Literal["TCHW", "THWC", "CTHW"]
+_LAYOUTS = ("TCHW", "THWC", "CTHW")
+
+
+@dataclass
+class Clip:
+    """Frames of one clip, or (after ``default_collate``) a batch of clips.
+
+    Attributes:
+        data: uint8, contiguous, RGB; ``layout`` "TCHW" (default), "THWC" or "CTHW"; a
+            batch adds a leading dimension.
+        pts_seconds: float64 ``(T,)``: each frame's real pts (never index / fps).
+        duration_seconds: float64 ``(T,)``: how long each frame is displayed.
+        source: the video's name (a batch: a list of names).
+        clip_index: the clip's position in the sampler's list (a batch: int64 tensor).
+    """
+
+    data: torch.Tensor
+    pts_seconds: torch.Tensor
+    duration_seconds: torch.Tensor
+    source: str | list[str]
+    clip_index: int | torch.Tensor
+
+    @classmethod
+    def collate(cls, batch: list[Clip], *, collate_fn_map: Any = None) -> Clip:
+        """Stack clips of equal shape into one batched ``Clip`` (registered with
+        ``default_collate``, so a DataLoader batches clips without a custom collate_fn;
+        tensors are stacked by ``default_collate`` itself, in shared memory in workers)."""
+        return cls(
+            data=default_collate([c.data for c in batch]),
+            pts_seconds=default_collate([c.pts_seconds for c in batch]),
+            duration_seconds=default_collate([c.duration_seconds for c in batch]),
+            source=[
+                s for c in batch for s in ([c.source] if isinstance(c.source, str) else c.source)
+            ],
+            clip_index=default_collate([c.clip_index for c in batch]),
+        )
+
+
+default_collate_fn_map[Clip] = Clip.collate
+
+
+@dataclass
+class DecodeStats:
+    """Counters of ``decode_clips``, owned by the caller (pass one object to many calls
+    to add them up; one thread at a time). ``snapshot()`` returns a copy.
+
+    Attributes:
+        videos: videos opened and indexed.
+        clips: clips yielded.
+        frames_decoded: frames out of the decoder (including ones decoded only to reach a
+            requested frame).
+        frames_converted: frames converted to RGB (each requested frame once).
+        seeks: seeks, including the one that starts decoding each video.
+        failures: videos that failed (raised or skipped).
+    """
+
+    videos: int = 0
+    clips: int = 0
+    frames_decoded: int = 0
+    frames_converted: int = 0
+    seeks: int = 0
+    failures: int = 0
+
+    def snapshot(self) -> DecodeStats:
+        return replace(self)
+
+
+class _Missing(Exception):
+    """A frame in the index never came out of the decoder (corrupt or truncated data)."""
+
+
+def decode_clips(
+    source: VideoSource,
+    /,
+    *,
+    sampler: ClipSampler,
+    seed: int = 0,
+    epoch: int = 0,
+    index: int = 0,
+    width: int | None = None,
+    height: int | None = None,
+    layout: Layout = "TCHW",
+    threads: int = 1,
+    on_error: OnError = "raise",
+    max_failures: int | None = None,
+    policy: FailurePolicy | None = None,
+    stats: DecodeStats | None = None,
+) -> Iterator[Clip]:
+    """Yield the clips ``sampler`` picks from ``source``, decoded with PyAV.
+
+    Args:
+        source: a path, or a seekable binary file object (its ``name`` is used in messages).
+        sampler: e.g. ``clips_at_random_indices(num_clips=2, num_frames_per_clip=16)``.
+        seed, epoch, index: seed the sampler's generator (``sampler_rng``); the clips are
+            a function of these, the sampler and the file.
+        width, height: output size (swscale); one alone keeps the aspect ratio; None: as
+            coded.
+        layout: "TCHW" (default), "THWC" or "CTHW".
+        threads: FFmpeg decoder threads (0: FFmpeg decides). Keep 1 in DataLoader workers.
+        on_error, max_failures: "raise" (default) or "skip" a failing video with a counted,
+            logged warning, at most ``max_failures`` times; ignored when ``policy`` is given.
+        policy: a ``FailurePolicy`` shared across calls (e.g. one per pipeline stage), so
+            ``max_failures`` counts across videos.
+        stats: counters to update (see ``DecodeStats``).
+
+    Yields:
+        ``Clip`` objects (order: see the module docstring).
+
+    Raises:
+        VideoError: stage "video.open" (unreadable, truncated, no video stream),
+            "video.sample" (the sampler cannot place its clips, e.g. a too-short video) or
+            "video.decode" (corrupt data), naming the file; with "skip" the video's
+            remaining clips are dropped instead.
+        TooManyFailures: more than ``max_failures`` videos were skipped.
+        ValueError: bad arguments (raised here, before anything is opened).
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout={layout!r} must be one of {_LAYOUTS}")
+    for name, value in (("width", width), ("height", height)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{name}={value} must be > 0, or None for the coded size")
+    if threads < 0:
+        raise ValueError(f"threads={threads} must be >= 0 (0: FFmpeg decides)")
+    if not callable(getattr(sampler, "sample", None)):
+        raise TypeError(
+            f"sampler={sampler!r} has no sample(info, rng) method; use e.g. "
+            "streambuf.video.clips_at_random_indices(...)"
+        )
+    if policy is None:
+        policy = FailurePolicy(on_error, max_failures, stage="video")
+    _import_av()  # fail here, not on first next(), when PyAV is missing
+    return _decode(
+        source,
+        sampler,
+        (seed, epoch, index),
+        (width, height),
+        layout,
+        threads,
+        policy,
+        stats if stats is not None else DecodeStats(),
+    )
+
+
+def _decode(
+    source: VideoSource,
+    sampler: ClipSampler,
+    key: tuple[int, int, int],
+    size: tuple[int | None, int | None],
+    layout: Layout,
+    threads: int,
+    policy: FailurePolicy,
+    stats: DecodeStats,
+) -> Iterator[Clip]:
+    av = _import_av()
+    name = source_name(source)
+    try:
+        with open_video(source) as (container, stream):
+            info = build_index(container, stream, name)
+            stats.videos += 1
+            try:
+                clips = sampler.sample(info, sampler_rng(*key))
+            except ValueError as exc:
+                raise VideoError(
+                    f"cannot sample clips: {exc}", stage="video.sample", source=name
+                ) from exc
+            ctx = stream.codec_context
+            ctx.thread_count = threads
+            if threads != 1:
+                ctx.thread_type = "AUTO"
+            try:
+                yield from _emit(container, stream, info, clips, size, layout, name, stats)
+            except (av.FFmpegError, _Missing) as exc:
+                raise VideoError(
+                    f"cannot decode: {type(exc).__name__}: {exc}", stage="video.decode", source=name
+                ) from exc
+    except VideoError as err:
+        stats.failures += 1
+        policy.handle(err, source=name, error_type=VideoError)
+
+
+def _output_size(info: VideoInfo, size: tuple[int | None, int | None]) -> dict[str, int]:
+    width, height = size
+    if width is None and height is None:
+        return {}
+    if width is None:
+        assert height is not None
+        width = max(1, round(height * info.width / info.height))
+    elif height is None:
+        height = max(1, round(width * info.height / info.width))
+    return {"width": width, "height": height}
+
+
+def _emit(
+    container: Any,
+    stream: Any,
+    info: VideoInfo,
+    clips: list[list[int]],
+    size: tuple[int | None, int | None],
+    layout: Layout,
+    name: str,
+    stats: DecodeStats,
+) -> Iterator[Clip]:
+    kwargs = _output_size(info, size)
+    users = Counter(i for clip in clips for i in set(clip))
+    by_last: dict[int, list[int]] = defaultdict(list)
+    for ci, clip in enumerate(clips):
+        by_last[max(clip)].append(ci)
+    held: dict[int, np.ndarray] = {}
+    for i, frame in _forward_frames(container, stream, info, sorted(users), stats):
+        held[i] = frame.to_ndarray(format="rgb24", **kwargs)
+        stats.frames_converted += 1
+        for ci in by_last.get(i, ()):
+            idx = clips[ci]
+            stats.clips += 1  # counted when handed out, even if the consumer stops here
+            yield _make_clip(np.stack([held[j] for j in idx]), info, idx, layout, name, ci)
+            for j in set(idx):
+                users[j] -= 1
+                if not users[j]:
+                    del held[j]
+
+
+def _make_clip(
+    thwc: np.ndarray, info: VideoInfo, idx: list[int], layout: Layout, name: str, clip_index: int
+) -> Clip:
+    data = torch.from_numpy(thwc)
+    if layout == "TCHW":
+        data = data.permute(0, 3, 1, 2).contiguous()
+    elif layout == "CTHW":
+        data = data.permute(3, 0, 1, 2).contiguous()
+    return Clip(
+        data=data,
+        pts_seconds=torch.from_numpy(info.pts_seconds[idx]),
+        duration_seconds=torch.from_numpy(info.frame_duration_seconds[idx]),
+        source=name,
+        clip_index=clip_index,
+    )
+
+
+def _forward_frames(
+    container: Any, stream: Any, info: VideoInfo, wanted: list[int], stats: DecodeStats
+) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, frame)`` for each index in ``wanted`` (sorted, unique), decoding
+    forward and seeking only when the wanted frame's keyframe lies beyond the next frame
+    the decoder would produce. Raises ``_Missing`` when a wanted frame does not come out."""
+    index_of = {p: i for i, p in enumerate(info.pts.tolist())}
+    frames: Iterator[Any] | None = None
+    last = -1  # index of the last frame out of the decoder
+    fresh = False  # nothing decoded since the last seek
+    try:
+        for target in wanted:
+            key = info.keyframe_before(target)
+            if frames is None or key > last + 1:
+                frames, fresh = _seek(container, stream, info, key, frames, stats), True
+            while True:
+                frame = next(frames, None)
+                if frame is None:
+                    raise _Missing(
+                        f"frame {target} (pts {info.pts_seconds[target]:.6f} s) "
+                        "did not come out of the decoder before the end"
+                    )
+                stats.frames_decoded += 1
+                pts = frame.pts if frame.pts is not None else frame.dts
+                i = index_of.get(pts) if pts is not None else None
+                if i is None:  # untimed frame: decoders emit presentation order
+                    i = key if fresh else last + 1
+                if fresh and i > target:  # the seek landed past the keyframe we asked for
+                    if key == 0:
+                        raise _Missing(f"seeking for frame {target} landed at frame {i}")
+                    key = 0
+                    frames = _seek(container, stream, info, 0, frames, stats)
+                    continue
+                fresh, last = False, i
+                if i == target:
+                    yield i, frame
+                    break
+                if i > target:
+                    raise _Missing(
+                        f"frame {target} (pts {info.pts_seconds[target]:.6f} s) "
+                        "did not come out of the decoder"
+                    )
+    finally:
+        _close(frames)
+
+
+def _seek(
+    container: Any,
+    stream: Any,
+    info: VideoInfo,
+    key: int,
+    frames: Iterator[Any] | None,
+    stats: DecodeStats,
+) -> Iterator[Any]:
+    _close(frames)
+    container.seek(int(info.pts[key]), stream=stream, backward=True, any_frame=False)
+    stats.seeks += 1
+    return iter(container.decode(stream))
+
+
+def _close(frames: Iterator[Any] | None) -> None:
+    close = getattr(frames, "close", None)
+    if close is not None:
+        close()

@@ -1,0 +1,67 @@
+"""Shard builders shared by the source tests (deterministic content)."""
+
+from __future__ import annotations
+
+import io
+import random
+import tarfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+
+def make_samples(shard: int, n: int, *, payload: int = 1000) -> list[dict[str, bytes]]:
+    """``n`` samples for shard ``shard``: key ``s{shard:03d}/{i:05d}``, fields txt/cls/bin."""
+    rng = random.Random(shard)
+    out = []
+    for i in range(n):
+        key = f"s{shard:03d}/{i:05d}"
+        out.append(
+            {
+                "__key__": key.encode(),
+                "txt": f"sample {key}".encode(),
+                "cls": str(i % 10).encode(),
+                "bin": rng.randbytes(payload),
+            }
+        )
+    return out
+
+
+def write_tar(
+    path: Path,
+    samples: Iterable[Mapping[str, bytes]],
+    *,
+    gz: bool = False,
+    fmt: int = tarfile.USTAR_FORMAT,
+) -> Path:
+    """Write samples as ``key.field`` members with tarfile (sorted fields, like webdataset)."""
+    with tarfile.open(path, "w:gz" if gz else "w", format=fmt) as tf:
+        for sample in samples:
+            key = sample["__key__"].decode()
+            for name in sorted(k for k in sample if not k.startswith("__")):
+                add_member(tf, f"{key}.{name}", sample[name])
+    return path
+
+
+def add_member(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    ti.mtime = 1_700_000_000
+    tf.addfile(ti, io.BytesIO(data))
+
+
+def make_shards(root: Path, count: int, per_shard: int, *, payload: int = 1000) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    return [
+        write_tar(root / f"shard-{s:06d}.tar", make_samples(s, per_shard, payload=payload))
+        for s in range(count)
+    ]
+
+
+def expected_keys(count: int, per_shard: int) -> set[str]:
+    return {f"s{s:03d}/{i:05d}" for s in range(count) for i in range(per_shard)}
+
+
+def member_offsets(path: Path) -> dict[str, int]:
+    """Member name -> byte offset of its data in the (uncompressed) tar file."""
+    with tarfile.open(path) as tf:
+        return {m.name: m.offset_data for m in tf.getmembers()}

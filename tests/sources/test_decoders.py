@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streambuf.errors import ShardError
+from streambuf.sources import Decoder, decode_sample, register_decoder
+from streambuf.sources import decoders as dec_mod
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def test_default_decoders() -> None:
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(3)}, buf)
+    sample = {
+        "__key__": "k",
+        "__url__": "u",
+        "npy": npy_bytes(np.arange(4)),
+        "json": json.dumps({"a": 1}).encode(),
+        "txt": "héllo".encode(),
+        "cls": b" 7\n",
+        "pth": buf.getvalue(),
+        "bin": b"\x00raw",
+    }
+    out = decode_sample(sample)
+    assert out["__key__"] == "k" and out["__url__"] == "u"
+    np.testing.assert_array_equal(out["npy"], np.arange(4))
+    assert out["json"] == {"a": 1} and out["txt"] == "héllo" and out["cls"] == 7
+    assert torch.equal(out["pth"]["w"], torch.arange(3))
+    assert out["bin"] == b"\x00raw"
+
+
+@pytest.mark.parametrize("fmt, field", [("PNG", "png"), ("JPEG", "jpg"), ("PNG", "seg.png")])
+def test_images_to_uint8_hwc(fmt: str, field: str) -> None:
+    image = pytest.importorskip("PIL.Image")
+    img = image.new("RGB", (5, 3), (10, 200, 30))
+    buf = io.BytesIO()
+    img.save(buf, format=fmt)
+    out = decode_sample({"__key__": "k", field: buf.getvalue()})[field]
+    assert out.dtype == np.uint8 and out.shape == (3, 5, 3)
+    assert abs(int(out[0, 0, 1]) - 200) < 8
+
+
+def test_grayscale_image_becomes_rgb() -> None:
+    image = pytest.importorskip("PIL.Image")
+    buf = io.BytesIO()
+    image.new("L", (4, 2), 128).save(buf, format="PNG")
+    assert decode_sample({"png": buf.getvalue()})["png"].shape == (2, 4, 3)
+
+
+class _Evil:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Harmless stand-in for os.system: creates a marker file if ever unpickled.
+        return (os.mkdir, (self.marker,))
+
+
+def test_malicious_pth_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Evil(str(marker)))
+    with pytest.raises(ShardError) as info:
+        decode_sample({"__key__": "s0/001", "__url__": "http://h/x.tar", "pth": payload})
+    assert not marker.exists()
+    msg = str(info.value)
+    assert "'pth'" in msg and "s0/001" in msg and info.value.stage == "decode"
+    assert info.value.source == "http://h/x.tar"
+
+
+def test_torch_save_of_malicious_object_refused(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    marker = tmp_path / "pwned2"
+    buf = io.BytesIO()
+    torch.save({"x": _Evil(str(marker))}, buf)
+    with pytest.raises(ShardError):
+        decode_sample({"__key__": "k", "pth": buf.getvalue()})
+    assert not marker.exists()
+
+
+def test_pickle_not_decoded_by_default(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned3"
+    payload = pickle.dumps(_Evil(str(marker)))
+    out = decode_sample({"pyd": payload, "pickle": payload})
+    assert out == {"pyd": payload, "pickle": payload} and not marker.exists()
+
+
+def test_object_npy_refused() -> None:
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ShardError, match="npy"):
+        decode_sample({"__key__": "k", "npy": buf.getvalue()})
+
+
+def test_bad_json_names_key_and_field() -> None:
+    with pytest.raises(ShardError, match=r"'meta.json' of sample 'k9'"):
+        decode_sample({"__key__": "k9", "meta.json": b"{nope"})
+
+
+def test_user_decoders_and_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dec_mod, "_registry", {})
+    d = Decoder({"txt": lambda b: b.upper(), "json": None})
+    assert d({"txt": b"a", "json": b"{}"}) == {"txt": b"A", "json": b"{}"}
+    register_decoder("pyd", pickle.loads)
+    assert decode_sample({"pyd": pickle.dumps([1])}) == {"pyd": [1]}
+    assert Decoder(defaults=False)({"pyd": b"x", "cls": b"1"}) == {"pyd": b"x", "cls": b"1"}
+    with pytest.raises(ValueError):
+        register_decoder(".png", None)
+
+
+def test_decoder_pickles() -> None:
+    d = Decoder({"txt": dec_mod.decode_text})
+    d2 = pickle.loads(pickle.dumps(d))
+    assert d2({"txt": b"x"}) == {"txt": "x"}

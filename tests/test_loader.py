@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+
+from streambuf import Loader, Pipeline
+from tests.pipeline_data import (
+    all_samples,
+    big_sample,
+    fail_on_13,
+    ids_of,
+    shard_samples,
+    shard_size,
+    sleepy,
+    slow_in_worker_1,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def make_pipe(n_shards, *, shuffle=False, equalize=None, rank=0, world=1, batch=2, seed=3):
+    pipe = Pipeline(
+        list(range(n_shards)),
+        expand=shard_samples,
+        shuffle_shards=shuffle,
+        seed=seed,
+        samples_per_shard=[shard_size(s) for s in range(n_shards)],
+        equalize=equalize,
+        rank=rank,
+        world_size=world,
+    )
+    if shuffle:
+        pipe = pipe.shuffle(5)
+    return pipe.batch(batch)
+
+
+@pytest.mark.parametrize("n_shards", [2, 7])
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("equalize", [None, "pad"])
+def test_exactly_once_real_workers(n_shards, shuffle, equalize):
+    expected = sorted(all_samples(n_shards))
+    for workers, world in itertools.product([0, 1, 2, 3], [1, 2, 3]):
+        got, counts = [], []
+        for rank in range(world):
+            pipe = make_pipe(n_shards, shuffle=shuffle, equalize=equalize, rank=rank, world=world)
+            loader = Loader(
+                pipe, num_workers=workers, max_batches=max(workers, 1) * 2, max_bytes="1MiB"
+            )
+            batches = [ids_of(b) for b in loader]
+            counts.append(len(batches))
+            got += [x for b in batches for x in b]
+        if equalize is None:
+            assert sorted(got) == expected, (workers, world)
+        else:
+            assert len(set(counts)) == 1, (workers, world, counts)
+            assert set(got) == set(expected)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_epochs_reach_workers(persistent):
+    def run(seed):
+        pipe = make_pipe(6, shuffle=True, seed=seed)
+        loader = Loader(
+            pipe, num_workers=2, max_batches=4, max_bytes="1MiB", persistent_workers=persistent
+        )
+        orders = []
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            orders.append([x for b in loader for x in ids_of(b)])
+        return orders
+
+    e0, e1 = run(seed=11)
+    assert sorted(e0) == sorted(e1) == sorted(all_samples(6))
+    assert e0 != e1
+    assert run(seed=11) == [e0, e1]
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_byte_budget_accounting_big_batches(in_order):
+    # 8 MiB batches (8 x 1 MiB samples), budget 24 MiB, slow consumer
+    pipe = Pipeline(list(range(96))).map(big_sample, threads=2).batch(8)
+    loader = Loader(pipe, num_workers=2, max_batches=8, max_bytes="24MiB", in_order=in_order)
+    seen = []
+    for b in loader:
+        seen += [int(x) for x in b[:, 0]]
+        time.sleep(0.02)
+        assert loader.stats().budget.in_flight_bytes <= 24 << 20
+    s = loader.stats().budget
+    assert sorted(seen) == list(range(96))
+    assert s.peak_in_flight_bytes <= 24 << 20
+    assert s.oversize == 0 and s.overshoot == 0
+    assert s.in_flight_bytes == 0 and s.in_flight_batches == 0
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_deadlock_hunt_slow_worker_and_one_credit_each(in_order):
+    pipe = Pipeline(list(range(60))).map(slow_in_worker_1).batch(3)
+    loader = Loader(
+        pipe, num_workers=2, max_batches=2, max_bytes=64, in_order=in_order, timeout_s=30
+    )
+    got = sorted(x for b in loader for x in ids_of(b))
+    assert got == list(range(60))
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_deadlock_hunt_item_larger_than_budget(in_order):
+    pipe = Pipeline(list(range(16))).map(big_sample).batch(4)  # 4 MiB batches
+    loader = Loader(
+        pipe, num_workers=2, max_batches=4, max_bytes="1MiB", in_order=in_order, timeout_s=30
+    )
+    got = sorted(int(x) for b in loader for x in b[:, 0])
+    assert got == list(range(16))
+    s = loader.stats().budget
+    assert s.oversize >= 1
+    assert max(s.per_worker_peak_bytes) <= 4 * (1 << 20) + 1024  # alone, never two at once
+
+
+def test_stage_exception_in_worker_names_stage_and_sample():
+    pipe = Pipeline(list(range(40))).map(fail_on_13).batch(4)
+    loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=30)
+    with pytest.raises(ValueError) as info:
+        for _ in loader:
+            pass
+    text = str(info.value)
+    assert "map(fail_on_13)" in text and "cannot decode sample 13" in text and "13" in text
+
+
+def test_break_out_stops_workers():
+    pipe = Pipeline(list(range(10_000))).map(sleepy, threads=4).batch(4)
+    loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB")
+    it = iter(loader)
+    next(it)
+    workers = list(loader._dl_iter._workers)
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    it.close()  # what `break` does once the generator is dropped
+    deadline = time.monotonic() + 5
+    while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(w.is_alive() for w in workers)
+
+
+def test_num_workers_zero_and_stats():
+    pipe = Pipeline(list(range(10))).batch(5)
+    loader = Loader(pipe, num_workers=0, max_batches=1, max_bytes="1MiB")
+    assert [ids_of(b) for b in loader] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    s = loader.stats()
+    assert s.batches == 2 and s.budget is None and s.as_dict()["batches"] == 2
+
+
+def test_bad_arguments():
+    pipe = Pipeline([1, 2])
+    with pytest.raises(ValueError, match="max_batches"):
+        Loader(pipe, num_workers=4, max_batches=2, max_bytes="1MiB")
+    with pytest.raises(TypeError, match="Pipeline"):
+        Loader([1, 2], num_workers=0, max_batches=2, max_bytes="1MiB")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_bytes"):
+        Loader(pipe, num_workers=0, max_batches=2, max_bytes=-1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_device_prefetch_cuda():
+    pipe = Pipeline(list(range(64))).batch(8)
+    loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", device="cuda")
+    out = [b for b in loader]
+    assert all(b.is_cuda for b in out)
+    assert sorted(int(x) for b in out for x in b.cpu()) == list(range(64))
+
+
+def test_device_cpu_passthrough():
+    pipe = Pipeline(list(range(8))).batch(4)
+    loader = Loader(pipe, num_workers=0, max_batches=1, max_bytes="1MiB", device="cpu")
+    assert [ids_of(b) for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]

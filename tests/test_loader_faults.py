@@ -1,0 +1,94 @@
+"""Faults with real processes: SIGKILL of a worker, SIGINT to the main process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from streambuf import Loader, Pipeline, WorkerError
+from tests.pipeline_data import sleepy
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_worker_killed_gives_clear_error_within_timeout():
+    pipe = Pipeline(list(range(100_000))).map(sleepy).batch(4)
+    loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=10)
+    it = iter(loader)
+    next(it)
+    victim = loader.worker_pids()[0]
+    t0 = time.monotonic()
+    with pytest.raises((WorkerError, RuntimeError)) as info:
+        os.kill(victim, signal.SIGKILL)
+        for _ in range(100_000):
+            next(it)
+    assert time.monotonic() - t0 < 15
+    text = str(info.value)
+    assert "worker" in text.lower() and (
+        "exited" in text or "killed" in text or "timed out" in text
+    )
+    it.close()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" in f.read()
+    except FileNotFoundError:
+        return True
+
+
+def test_sigint_to_main_process_exits_cleanly(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import signal, sys, time
+            # a background job inherits SIGINT ignored; a terminal user gets Python's handler
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            sys.path.insert(0, {str(ROOT)!r})
+            from streambuf import Loader, Pipeline
+            from tests.pipeline_data import sleepy
+
+            pipe = Pipeline(list(range(100_000))).map(sleepy, threads=2).batch(4)
+            loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB")
+            it = iter(loader)
+            next(it)
+            pids = loader.worker_pids()
+            print("PIDS", *pids, flush=True)
+            try:
+                for _ in it:
+                    time.sleep(0.01)
+            except KeyboardInterrupt:
+                print("INTERRUPTED", flush=True)
+                raise
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("PIDS"), proc.stderr.read() if proc.stderr else line
+    pids = [int(p) for p in line.split()[1:]]
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert "INTERRUPTED" in out
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(p) for p in pids), "a worker outlived the main process"
+    assert time.monotonic() - t0 < 15
