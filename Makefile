@@ -2,15 +2,15 @@
 #   make bench   set up a venv and run the main benchmark on data it generates itself
 #   make test    set up a venv and run lint, types and the test suite
 #
-# torch is pinned to the CPU wheel found locally by pip (2.13.0); a bare `torch`
+# torch is pinned to the CPU wheel found locally by pip (2.13.0+cpu); a bare `torch`
 # requirement on a fresh machine can pull a multi-GB CUDA build. Override with
-# `make TORCH_SPEC='torch==X'` on a GPU machine that already has the right index.
+# `make TORCH_SPEC='torch==X'` on a GPU machine (a plain 'torch==2.13.0' is the CUDA build).
 PYTHON ?= python3
 VENV ?= .venv
-TORCH_SPEC ?= torch==2.13.0
+TORCH_SPEC ?= torch==2.13.0+cpu
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-BENCH ?= buffer
+BENCH ?= latency --quick
 
 .PHONY: setup bench test lint types pytest clean
 

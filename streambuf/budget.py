@@ -36,8 +36,9 @@ __all__ = ["BudgetStats", "CreditBudget"]
 # indices into the per-worker int64 array
 _USED_B, _USED_N, _LIM_B, _LIM_N, _PEAK_B, _WAIT_US, _OVERSIZE, _OVERSHOOT = range(8)
 _F = 8
-# indices into the global array
-_G_GEN, _G_PEAK_B, _G_USED_B, _G_MAX_B, _G_MAX_N = range(5)
+# indices into the global array: generation, peak of reserved+held bytes, reserved+held
+# bytes, limits, and the bytes of finished batches not yet handed over (and their peak)
+_G_GEN, _G_PEAK_B, _G_USED_B, _G_MAX_B, _G_MAX_N, _G_HELD_B, _G_PEAK_HELD_B = range(7)
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,11 @@ class BudgetStats:
     """Snapshot of the credits.
 
     Attributes:
-        in_flight_bytes / in_flight_batches: produced, not yet handed to the user.
-        peak_in_flight_bytes: the most bytes ever in flight at once (all workers).
+        in_flight_bytes / in_flight_batches: credits taken now: batches produced and not
+            yet handed to the user, plus reservations for batches under construction.
+        peak_in_flight_bytes: the most credit bytes ever taken at once (all workers);
+            this is what ``max_bytes`` bounds.
+        peak_batch_bytes_held: the most bytes of *finished* batches waiting at once.
         max_bytes / max_batches: the budget now.
         per_worker_bytes / per_worker_peak_bytes / per_worker_limit_bytes: per worker.
         worker_wait_s: seconds workers spent waiting for credits, total.
@@ -57,6 +61,7 @@ class BudgetStats:
     in_flight_bytes: int
     in_flight_batches: int
     peak_in_flight_bytes: int
+    peak_batch_bytes_held: int
     max_bytes: int
     max_batches: int
     per_worker_bytes: tuple[int, ...]
@@ -100,7 +105,7 @@ class CreditBudget:
         self._lock = ctx.Lock()
         self._bells = [ctx.Semaphore(0) for _ in range(self.num_workers)]
         self._w = ctx.RawArray("q", self.num_workers * _F)
-        self._g = ctx.RawArray("q", 5)
+        self._g = ctx.RawArray("q", 7)
         self.set_limits(max_bytes=max_bytes, max_batches=max_batches)
 
     # -- limits -----------------------------------------------------------------------
@@ -181,10 +186,15 @@ class CreditBudget:
                     return True
             self._bells[worker].acquire(timeout=poll_s)
 
-    def adjust(self, worker: int, delta_bytes: int, *, overshoot: bool = False) -> None:
-        """Correct a reservation by ``delta_bytes`` once the batch's true size is known."""
+    def adjust(
+        self, worker: int, delta_bytes: int, *, batch_bytes: int = 0, overshoot: bool = False
+    ) -> None:
+        """Correct a reservation by ``delta_bytes`` once the batch (``batch_bytes``) is built."""
         with self._lock:
             self._add(worker, delta_bytes, 0)
+            self._g[_G_HELD_B] += batch_bytes
+            if self._g[_G_HELD_B] > self._g[_G_PEAK_HELD_B]:
+                self._g[_G_PEAK_HELD_B] = self._g[_G_HELD_B]
             if overshoot:
                 self._w[worker * _F + _OVERSHOOT] += 1
             if delta_bytes < 0:
@@ -219,6 +229,7 @@ class CreditBudget:
         """The main process handed a batch of ``nbytes`` from ``worker`` to the user."""
         with self._lock:
             self._add(worker, -nbytes, -1)
+            self._g[_G_HELD_B] -= nbytes
             self._ring(worker)
 
     def new_generation(self) -> int:
@@ -229,6 +240,7 @@ class CreditBudget:
                 self._w[w * _F + _USED_B] = 0
                 self._w[w * _F + _USED_N] = 0
             self._g[_G_USED_B] = 0
+            self._g[_G_HELD_B] = 0
             self._ring()
             return int(self._g[_G_GEN])
 
@@ -239,6 +251,7 @@ class CreditBudget:
                 in_flight_bytes=int(self._g[_G_USED_B]),
                 in_flight_batches=sum(r[_USED_N] for r in rows),
                 peak_in_flight_bytes=int(self._g[_G_PEAK_B]),
+                peak_batch_bytes_held=int(self._g[_G_PEAK_HELD_B]),
                 max_bytes=int(self._g[_G_MAX_B]),
                 max_batches=int(self._g[_G_MAX_N]),
                 per_worker_bytes=tuple(r[_USED_B] for r in rows),

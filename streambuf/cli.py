@@ -15,6 +15,12 @@ __all__ = ["main"]
 
 BENCHMARKS = {
     "buffer": "benchmarks.buffer_overhead",
+    "bursty": "benchmarks.bursty",
+    "latency": "benchmarks.latency",
+    "memory": "benchmarks.memory",
+    "network": "benchmarks.network_shards",
+    "stall": "benchmarks.stall",
+    "video": "benchmarks.video_clips",
 }
 
 

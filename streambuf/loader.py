@@ -19,6 +19,7 @@ then to the user; its credits are released at that hand-over.
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import time
@@ -36,8 +37,11 @@ from .errors import WorkerError
 from .pipeline import Pipeline
 from .sharding import current_rank_world
 from .sizing import nbytes
+from .tuning import DepthTuner, TunerDecision
 
 __all__ = ["Loader", "LoaderStats"]
+
+log = logging.getLogger("streambuf")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,31 @@ class _Tagged:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+_MALLOC_FIXED = False
+
+
+def _fix_malloc_thresholds() -> None:
+    """In a worker: fix glibc's mmap/trim thresholds at 128 KiB (once per process).
+
+    glibc raises its mmap threshold each time a large mmapped block is freed (up to
+    32 MiB), after which big samples come from thread heaps that keep freed memory:
+    worker memory then grows past any budget. A fixed threshold keeps large blocks in
+    mmap, returned to the system on free. No-op where glibc is not the allocator.
+    """
+    global _MALLOC_FIXED
+    if _MALLOC_FIXED:
+        return
+    _MALLOC_FIXED = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 class _Budgeted(IterableDataset[_Tagged]):
@@ -67,6 +96,8 @@ class _Budgeted(IterableDataset[_Tagged]):
 
         info = get_worker_info()
         worker = 0 if info is None else info.id
+        if info is not None:
+            _fix_malloc_thresholds()
         gen = self.generation.value
         budget = self.budget
         estimate = budget.slice_bytes(worker)  # first batch: its whole slice (size unknown)
@@ -85,7 +116,7 @@ class _Budgeted(IterableDataset[_Tagged]):
                     budget.cancel(worker, estimate)
                     raise
                 size = nbytes(batch)
-                budget.adjust(worker, size - estimate, overshoot=size > estimate)
+                budget.adjust(worker, size - estimate, batch_bytes=size, overshoot=size > estimate)
                 estimate = max(size, 1) if first else max(estimate, size)
                 first = False
                 yield _Tagged(worker, size, batch)
@@ -97,17 +128,20 @@ class _Budgeted(IterableDataset[_Tagged]):
 
 @dataclass(frozen=True)
 class LoaderStats:
-    """Snapshot of a Loader.
+    """Snapshot of a Loader (``loader.stats()``); ``as_dict(flat=True)`` for loggers.
 
     Attributes:
         batches: batches handed to the user so far (all epochs).
         bytes: bytes of those batches.
-        wait_s: seconds the user's loop spent waiting for the next batch.
+        wait_s: seconds the user's loop spent waiting for the next batch (all epochs).
         elapsed_s: seconds since the current iteration began.
         batches_per_s: batches / elapsed_s of the current iteration.
-        wait_fraction: wait_s / elapsed_s of the current iteration.
-        budget: the credit accounting (bytes in flight, peak, per worker); None when
-            num_workers == 0.
+        wait_fraction: share of the current iteration's time spent waiting for data.
+        depth: batches allowed in flight now (the tuner's choice, or max_batches).
+        occupancy: batches in flight / depth, now.
+        tuner_decisions: depth changes so far; ``decisions`` holds the last 16.
+        budget: the credit accounting (bytes in flight, peak, per worker, oversize);
+            None when num_workers == 0.
     """
 
     batches: int
@@ -116,10 +150,32 @@ class LoaderStats:
     elapsed_s: float
     batches_per_s: float
     wait_fraction: float
+    depth: int
+    occupancy: float
+    tuner_decisions: int
+    decisions: tuple[TunerDecision, ...]
     budget: BudgetStats | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
+        """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"
+        (drops straight into TensorBoard's ``add_scalars`` or any logger)."""
+        d = asdict(self)
+        if not flat:
+            return d
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            if k == "decisions":
+                continue
+            if isinstance(v, dict):
+                for k2, v2 in v.items():
+                    if isinstance(v2, list | tuple):
+                        for i, x in enumerate(v2):
+                            out[f"{k}/{k2}/{i}"] = x
+                    else:
+                        out[f"{k}/{k2}"] = v2
+            elif v is not None:
+                out[k] = v
+        return out
 
 
 class Loader:
@@ -137,6 +193,13 @@ class Loader:
         persistent_workers: keep workers alive between epochs.
         multiprocessing_context: "fork", "spawn" or "forkserver" (None: default).
         timeout_s: raise ``WorkerError`` when no batch arrives within this many seconds.
+        adaptive: let ``streambuf.tuning.DepthTuner`` choose the depth at run time, from
+            ``num_workers`` up to ``max_batches``, growing while the consumer waits and
+            shrinking when available memory drops below ``memory_reserve_bytes``. The
+            byte budget is a hard bound either way. False: depth is ``max_batches``.
+        tuner_interval_s: the tuner's decision window.
+        memory_reserve_bytes: shrink the depth when less memory than this is available.
+        log_every_s: log a stats line (INFO, logger "streambuf") this often.
     """
 
     def __init__(
@@ -154,6 +217,10 @@ class Loader:
         persistent_workers: bool = False,
         multiprocessing_context: str | None = None,
         timeout_s: float | None = None,
+        adaptive: bool = True,
+        tuner_interval_s: float = 0.5,
+        memory_reserve_bytes: int | str | None = "1GiB",
+        log_every_s: float | None = None,
     ) -> None:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
@@ -174,6 +241,9 @@ class Loader:
         self._iter_batches = 0
         self._iter_wait = 0.0
         self._budget: CreditBudget | None = None
+        self.tuner: DepthTuner | None = None
+        self.log_every_s = log_every_s
+        self._last_log = time.monotonic()
         self._dl: DataLoader[Any] | None = None
         self._dl_iter: Any = None
         if pipeline._rank_world is None:  # capture dist state here: workers may not have it
@@ -182,18 +252,36 @@ class Loader:
         if num_workers == 0:
             return
         ctx = multiprocessing.get_context(multiprocessing_context)
+        # stage buffers inside workers (threaded map, prefetch) get a quarter of the
+        # budget, batches in flight the rest: max_bytes covers everything the pipeline holds
+        stage_total = self.max_bytes // 4 if pipeline._has_stage_buffers() else 0
+        pipeline._stage_bytes = max(1, stage_total // num_workers) if stage_total else None
+        min_depth = num_workers if in_order else 1
+        if self.max_batches < min_depth:
+            raise ValueError(
+                f"max_batches={self.max_batches} must be >= num_workers={num_workers} with "
+                "in_order=True (each worker owns at least one batch of credit)"
+            )
+        if adaptive:
+            reserve = None if memory_reserve_bytes is None else parse_bytes(memory_reserve_bytes)
+            self.tuner = DepthTuner(
+                min_depth=min_depth,
+                max_depth=self.max_batches,
+                max_bytes=self.max_bytes - stage_total,
+                start_depth=min(self.max_batches, max(min_depth, 2 * num_workers)),
+                interval_s=tuner_interval_s,
+                reserve_bytes=reserve,
+            )
         self._budget = CreditBudget(
             num_workers=num_workers,
-            max_bytes=self.max_bytes,
-            max_batches=self.max_batches,
+            max_bytes=self.max_bytes - stage_total,
+            max_batches=self.tuner.depth if self.tuner else self.max_batches,
             pooled=not in_order,
             ctx=ctx,
         )
         from ._shared import SharedInt
 
         self._generation = SharedInt(0, ctx=ctx)
-        # stage buffers inside a worker default to a quarter of its slice of the budget
-        pipeline._stage_bytes = max(1, self.max_bytes // num_workers // 4)
         per_worker = math.ceil(self.max_batches / num_workers)
         self._dl = DataLoader(
             _Budgeted(pipeline, self._budget, self._generation),
@@ -261,8 +349,16 @@ class Loader:
                 assert self._budget is not None
                 self._budget.release(item.worker, item.nbytes)
                 size, item = item.nbytes, item.batch
+                if self.tuner is not None:
+                    self.tuner.observe(waited_s=waited, batch_bytes=size)
+                    depth = self.tuner.update()
+                    if depth is not None:
+                        self._budget.set_limits(max_batches=depth)
             else:
                 size = nbytes(item)
+            if self.log_every_s is not None and t0 - self._last_log >= self.log_every_s:
+                self._last_log = t0
+                log.info("streambuf: %s", self.stats().as_dict(flat=True))
             self._batches += 1
             self._iter_batches += 1
             self._bytes += size
@@ -276,6 +372,9 @@ class Loader:
     def stats(self) -> LoaderStats:
         """A snapshot: throughput, consumer wait, bytes in flight per worker, peaks."""
         elapsed = max(1e-9, time.monotonic() - self._iter_start)
+        budget = None if self._budget is None else self._budget.stats()
+        depth = budget.max_batches if budget is not None else 1
+        decisions = tuple(self.tuner.decisions) if self.tuner is not None else ()
         return LoaderStats(
             batches=self._batches,
             bytes=self._bytes,
@@ -283,5 +382,9 @@ class Loader:
             elapsed_s=elapsed,
             batches_per_s=self._iter_batches / elapsed,
             wait_fraction=self._iter_wait / elapsed,
-            budget=None if self._budget is None else self._budget.stats(),
+            depth=depth,
+            occupancy=(budget.in_flight_batches / depth) if budget is not None else 0.0,
+            tuner_decisions=len(decisions),
+            decisions=decisions[-16:],
+            budget=budget,
         )

@@ -18,9 +18,9 @@ the whole sequence deterministic.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from torch.utils.data import IterableDataset
 
@@ -36,7 +36,25 @@ from .sharding import (
 )
 from .stages import batch_items, filter_items, map_items, prefetch_items, shuffle_items
 
-__all__ = ["Pipeline", "WorkerContext"]
+__all__ = ["Pipeline", "ReadShards", "WorkerContext"]
+
+
+class ReadShards(Protocol):
+    """Reads a slot's shards: yields ``islice(samples(shard), offset, None, stride)`` for
+    every shard, each sample exactly once (any interleaving). ``stage_bytes`` is the byte
+    budget the Loader grants the stage (None outside a Loader); ``ctx`` says where it
+    runs (epoch and seed included, for per-epoch randomness)."""
+
+    def __call__(
+        self,
+        shards: Sequence[Any],
+        /,
+        *,
+        stride: int,
+        offset: int,
+        stage_bytes: int | None,
+        ctx: WorkerContext,
+    ) -> Iterator[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,10 @@ class Pipeline(IterableDataset[Any]):
     Args:
         source: a sequence of shards or items (each item is a shard of one sample).
         expand: ``expand(shard) -> Iterable[sample]``; None means the shard is the sample.
+        reader: instead of ``expand``, reads a whole list of shards at once (e.g. several
+            concurrently, in lanes): ``reader(shards, stride=, offset=, stage_bytes=, ctx=)``
+            must yield, for each shard, the samples ``islice(samples, offset, None,
+            stride)``, each exactly once, in any interleaving.
         shuffle_shards: permute the shard order each epoch, seeded by (seed, epoch).
         seed: the base seed for shard order and shuffle stages.
         samples_per_shard: sample count of each shard (an int for all, or a sequence);
@@ -88,6 +110,7 @@ class Pipeline(IterableDataset[Any]):
         /,
         *,
         expand: Callable[[Any], Iterable[Any]] | None = None,
+        reader: ReadShards | None = None,
         shuffle_shards: bool = False,
         seed: int = 0,
         samples_per_shard: int | Sequence[int] | None = None,
@@ -104,7 +127,10 @@ class Pipeline(IterableDataset[Any]):
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self._source = source
         self._is_seq = isinstance(source, Sequence)
+        if expand is not None and reader is not None:
+            raise ValueError("give expand= or reader=, not both")
         self._expand = expand
+        self._reader = reader
         self._shuffle_shards = shuffle_shards
         self._seed = int(seed)
         self._samples_per_shard = samples_per_shard
@@ -147,6 +173,15 @@ class Pipeline(IterableDataset[Any]):
             )
         )
 
+    def decode(
+        self, decoders: Mapping[str, Callable[[bytes], Any]] | None = None, /, *, threads: int = 1
+    ) -> Pipeline:
+        """Decode WebDataset sample fields by extension (``streambuf.sources.Decoder``):
+        raw bytes unless a decoder matches; built-ins for npy, json, txt/cls, pth, images."""
+        from .sources.decoders import Decoder
+
+        return self.map(Decoder(decoders), threads=threads)
+
     def filter(self, fn: Callable[[Any], bool], /) -> Pipeline:
         """Keep the items for which ``fn`` is true (equalize then pads by repetition)."""
         return self._with(_Stage("filter", fn))
@@ -182,6 +217,13 @@ class Pipeline(IterableDataset[Any]):
             _Stage("prefetch", None, {"max_items": max_items, "max_bytes": max_bytes})
         )
 
+    def _has_stage_buffers(self) -> bool:
+        """True if a stage holds items ahead (threaded map, prefetch) or a reader is used."""
+        return self._reader is not None or any(
+            (s.kind == "map" and s.args["threads"] > 1) or s.kind == "prefetch"
+            for s in self._stages
+        )
+
     # -- epochs -----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch; reaches DataLoader workers, persistent ones included."""
@@ -200,7 +242,7 @@ class Pipeline(IterableDataset[Any]):
 
     def _sizes(self) -> list[int]:
         n = len(self._source)  # type: ignore[arg-type]
-        if self._expand is None:
+        if self._expand is None and self._reader is None:
             return [1] * n
         sps = self._samples_per_shard
         if sps is None:
@@ -226,6 +268,12 @@ class Pipeline(IterableDataset[Any]):
             len(source), seed=self._seed, epoch=ctx.epoch, shuffle=self._shuffle_shards
         )
         a = assign(len(source), order, ctx.slot, ctx.slots)
+        if self._reader is not None:
+            shards = [source[i] for i in a.shards]
+            yield from self._reader(
+                shards, stride=a.stride, offset=a.offset, stage_bytes=self._stage_bytes, ctx=ctx
+            )
+            return
         for i in a.shards:
             shard = source[i]
             samples = [shard] if self._expand is None else self._expand(shard)

@@ -20,6 +20,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ._collate import batch_in_place
 from ._units import parse_bytes, parse_count
 from .errors import add_note
 from .prefetch import Prefetcher
@@ -158,13 +159,13 @@ def batch_items(
 ) -> Iterator[Any]:
     """Group items into lists of ``n`` and yield ``collate(list)``.
 
-    ``collate`` defaults to ``torch.utils.data.default_collate``.
+    Without ``collate``, batches equal ``default_collate``'s but are built in place
+    (``streambuf._collate``): the batch is never held twice.
     """
     parse_count(n, name="batch_size")
     if collate is None:
-        from torch.utils.data import default_collate
-
-        collate = default_collate
+        yield from batch_in_place(it, n, drop_last=drop_last)
+        return
     batch: list[Any] = []
     for x in it:
         batch.append(x)

@@ -1,4 +1,4 @@
-"""Each benchmark, run tiny: it must finish, print its table and write its JSON.
+"""Each benchmark, run tiny: it must finish, print its table and write its JSON (and PNG).
 
 Benchmarks are not tests of performance; this only proves they still run.
 """
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from benchmarks import buffer_overhead
+from benchmarks import buffer_overhead, bursty, latency, memory, stall
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_buffer_overhead_runs(tmp_path, capsys):
@@ -26,3 +26,15 @@ def test_cli_bench_buffer(tmp_path):
 
     assert main(["bench", "buffer", "--quick", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "buffer_overhead.json").exists()
+
+
+@pytest.mark.parametrize("mod", [latency, memory, stall, bursty], ids=lambda m: m.__name__)
+def test_ladder_benchmarks_run_tiny(mod, tmp_path, capsys):
+    report = mod.run(out=str(tmp_path), tiny=True)
+    name = report["benchmark"]
+    data = json.loads((tmp_path / f"{name}.json").read_text())
+    assert data["environment"]["cpu_count"] >= 1
+    assert all(r["runs"] for r in data["rows"])
+    assert "| run |" in capsys.readouterr().out
+    if name in ("latency", "memory"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 0

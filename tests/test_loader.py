@@ -91,6 +91,7 @@ def test_byte_budget_accounting_big_batches(in_order):
     s = loader.stats().budget
     assert sorted(seen) == list(range(96))
     assert s.peak_in_flight_bytes <= 24 << 20
+    assert 8 << 20 <= s.peak_batch_bytes_held <= s.peak_in_flight_bytes
     assert s.oversize == 0 and s.overshoot == 0
     assert s.in_flight_bytes == 0 and s.in_flight_batches == 0
 

@@ -1,0 +1,146 @@
+"""Building a batch in place: the default collate, without holding the batch twice.
+
+``default_collate`` gathers ``n`` samples and then stacks them: for a moment the batch
+exists twice (the samples and the stacked copy). Here each tensor (or numpy array) leaf
+of the first sample fixes the shape of a batch buffer allocated once, every sample is
+copied into it on arrival and dropped, so the peak is the batch plus one sample. Inside
+a DataLoader worker the buffer is allocated in shared memory, as ``default_collate``
+does, so sending it to the main process copies nothing.
+
+Leaves that are not tensors/arrays (ints, floats, strings, ...) are gathered in lists
+and given to ``default_collate`` at the end, so the result equals ``default_collate`` of
+the same samples for tensors/arrays/numbers in nested dicts, lists and tuples. Anything
+else, or samples whose structure or shapes differ, falls back to ``default_collate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["batch_in_place"]
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _alloc(elem: torch.Tensor, n: int) -> torch.Tensor:
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is not None:
+        storage = elem._typed_storage()._new_shared(n * elem.numel(), device=elem.device)
+        return elem.new(storage).resize_(n, *elem.shape)
+    return torch.empty((n, *elem.shape), dtype=elem.dtype, device=elem.device)
+
+
+class _Builder:
+    """Holds the batch being built for one sample structure."""
+
+    def __init__(self, first: Any, n: int) -> None:
+        self.n = n
+        self.count = 0
+        self.template = self._plan(first, in_seq=False)
+
+    def _plan(self, x: Any, *, in_seq: bool) -> Any:
+        if isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
+            x = torch.from_numpy(x)
+        if isinstance(x, torch.Tensor):
+            return ("t", _alloc(x, self.n), x.shape, x.dtype)
+        if isinstance(x, dict):
+            return ("d", {k: self._plan(v, in_seq=False) for k, v in x.items()})
+        if isinstance(x, tuple | list) and not hasattr(x, "_fields"):
+            return ("l", [self._plan(v, in_seq=True) for v in x])
+        if isinstance(x, int | float | str | bytes | bool):
+            return ("v", [], in_seq)
+        raise _Mismatch
+
+    def add(self, x: Any) -> None:
+        self._add(self.template, x, self.count)
+        self.count += 1
+
+    def _add(self, plan: Any, x: Any, i: int) -> None:
+        kind = plan[0]
+        if kind == "t":
+            if isinstance(x, np.ndarray):
+                x = torch.from_numpy(x)
+            if not isinstance(x, torch.Tensor) or x.shape != plan[2] or x.dtype != plan[3]:
+                raise _Mismatch
+            plan[1][i].copy_(x)
+        elif kind == "d":
+            if not isinstance(x, dict) or x.keys() != plan[1].keys():
+                raise _Mismatch
+            for k, sub in plan[1].items():
+                self._add(sub, x[k], i)
+        elif kind == "l":
+            if not isinstance(x, tuple | list) or len(x) != len(plan[1]):
+                raise _Mismatch
+            for sub, v in zip(plan[1], x):
+                self._add(sub, v, i)
+        else:
+            plan[1].append(x)
+
+    def result(self) -> Any:
+        return self._result(self.template)
+
+    def _result(self, plan: Any) -> Any:
+        kind = plan[0]
+        if kind == "t":
+            return plan[1] if self.count == self.n else plan[1][: self.count]
+        if kind == "d":
+            return {k: self._result(v) for k, v in plan[1].items()}
+        if kind == "l":  # default_collate turns tuples and lists of samples into lists
+            return [self._result(v) for v in plan[1]]
+        from torch.utils.data import default_collate
+
+        # default_collate sees a tuple (from zip) inside sequences, a list inside dicts
+        leaves: Any = tuple(plan[1]) if plan[2] else plan[1]
+        return default_collate(leaves)
+
+
+def batch_in_place(it: Iterable[Any], n: int, /, *, drop_last: bool = False) -> Iterator[Any]:
+    """Yield batches of ``n`` equal to ``default_collate``'s, built in place (see module)."""
+    from torch.utils.data import default_collate
+
+    it = iter(it)
+    while True:
+        try:
+            first = next(it)
+        except StopIteration:
+            return
+        try:
+            builder: _Builder | None = _Builder(first, n)
+        except _Mismatch:
+            builder = None
+        pending: list[Any] = [first] if builder is None else []
+        if builder is not None:
+            builder.add(first)
+        del first
+        count = 1
+        while count < n:
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            count += 1
+            if builder is not None:
+                try:
+                    builder.add(x)
+                    continue
+                except _Mismatch:  # structures differ: fall back for this batch
+                    raise ValueError(
+                        "batch(): samples in one batch differ in structure, shape or dtype; "
+                        "pass collate= to batch them your way"
+                    ) from None
+            pending.append(x)
+        if count < n and drop_last:
+            return
+        if builder is not None:
+            yield builder.result()
+        else:
+            yield default_collate(pending)
+        if count < n:
+            return

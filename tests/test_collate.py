@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import default_collate
+
+from streambuf._collate import batch_in_place
+from streambuf.stages import batch_items
+
+
+def assert_same(a, b):
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
+SAMPLES = {
+    "tensor": [torch.full((2, 3), i) for i in range(7)],
+    "ndarray": [np.full((4,), i, dtype=np.float32) for i in range(7)],
+    "ints": list(range(7)),
+    "nested": [
+        {"a": torch.full((2,), i), "b": i, "c": (np.ones(2) * i, f"x{i}"), "d": [float(i)]}
+        for i in range(7)
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_equals_default_collate(name, drop_last):
+    items = SAMPLES[name]
+    got = list(batch_in_place(items, 3, drop_last=drop_last))
+    stop = 6 if drop_last else 7
+    expected = [default_collate(items[i : min(i + 3, stop)]) for i in range(0, stop, 3)]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert_same(g, e)
+
+
+def test_mismatched_shapes_raise_clear_error():
+    with pytest.raises(ValueError, match="differ"):
+        list(batch_in_place([torch.zeros(2), torch.zeros(3)], 2))
+
+
+def test_unknown_leaf_falls_back_to_default_collate():
+    class Obj:
+        pass
+
+    items = [{"o": Obj()} for _ in range(2)]
+    with pytest.raises(TypeError):  # default_collate's own error for such leaves
+        list(batch_items(items, 2))
+    assert list(batch_items(items, 2, collate=lambda b: len(b))) == [2]
