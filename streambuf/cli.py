@@ -1,4 +1,4 @@
-"""Command line: ``streambuf bench NAME [--quick] [--out DIR]``.
+"""Command line: ``streambuf bench NAME [--quick] [--out DIR]`` and ``streambuf tune PIPE``.
 
 Benchmarks live in the source checkout's ``benchmarks/`` folder (they need test data
 generators and comparison baselines that are not part of the library), so ``bench`` is
@@ -15,6 +15,7 @@ __all__ = ["main"]
 
 BENCHMARKS = {
     "buffer": "benchmarks.buffer_overhead",
+    "gpu": "benchmarks.gpu",
     "bursty": "benchmarks.bursty",
     "latency": "benchmarks.latency",
     "memory": "benchmarks.memory",
@@ -41,6 +42,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from .tune import load_pipeline, tune
+
+    tune(
+        load_pipeline(args.pipeline),
+        num_workers=args.num_workers,
+        batches=args.batches,
+        memory_fraction=args.memory_fraction,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``streambuf`` command."""
     parser = argparse.ArgumentParser(prog="streambuf")
@@ -50,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--quick", action="store_true", help="small sizes, finishes fast")
     b.add_argument("--out", default="bench-results", help="folder for JSON and plots")
     b.set_defaults(func=_bench)
+    t = sub.add_parser("tune", help="measure a pipeline at several depths; recommend settings")
+    t.add_argument("pipeline", help="MODULE:NAME or FILE.py:NAME (a Pipeline or a function)")
+    t.add_argument("--num-workers", type=int, default=2)
+    t.add_argument("--batches", type=int, default=30, help="batches per trial")
+    t.add_argument("--memory-fraction", type=float, default=0.25)
+    t.set_defaults(func=_tune)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -174,3 +174,26 @@ def test_device_cpu_passthrough():
     pipe = Pipeline(list(range(8))).batch(4)
     loader = Loader(pipe, num_workers=0, max_batches=1, max_bytes="1MiB", device="cpu")
     assert [ids_of(b) for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_spawn_workers_exactly_once_and_epochs(persistent):
+    pipe = make_pipe(5, shuffle=True, seed=4)
+    loader = Loader(
+        pipe,
+        num_workers=2,
+        max_batches=4,
+        max_bytes="1MiB",
+        multiprocessing_context="spawn",
+        persistent_workers=persistent,
+        timeout_s=60,
+    )
+    orders = []
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        orders.append([x for b in loader for x in ids_of(b)])
+    assert sorted(orders[0]) == sorted(orders[1]) == sorted(all_samples(5))
+    assert orders[0] != orders[1]
+    fork = Loader(make_pipe(5, shuffle=True, seed=4), num_workers=2, max_batches=4, max_bytes="1MiB")
+    fork.set_epoch(1)
+    assert [x for b in fork for x in ids_of(b)] == orders[1]  # same order under fork and spawn

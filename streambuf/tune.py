@@ -1,0 +1,179 @@
+"""``streambuf tune``: measure a user's pipeline at several depths and recommend settings.
+
+The ladder method: iterate the pipeline through ``Loader`` for ``batches`` batches at
+each depth (``max_batches`` = 1, 2, 4, 8 x num_workers) and for each ``threads`` value
+of its threaded ``.map`` stages, with the tuner off, measuring batches/s and the batch
+size. Recommendation: the fewest threads and the smallest depth within 5% of the best
+throughput, and ``max_bytes`` = 1.25 x that depth's batches, never above the budget
+allowed by the memory limit read from this machine (``memory_fraction`` of the cgroup
+limit / physical memory, and of memory available now).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .loader import Loader
+from .pipeline import Pipeline
+from .resources import Limits, read_limits
+
+__all__ = ["TuneResult", "load_pipeline", "tune"]
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What ``tune`` measured and recommends (bytes, batches/s)."""
+
+    num_workers: int
+    max_batches: int
+    max_bytes: int
+    threads: int | None
+    memory_cap_bytes: int
+    batch_bytes: int
+    trials: tuple[dict[str, Any], ...]
+    reasons: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_pipeline(spec: str) -> Pipeline:
+    """``module:attr`` or ``path/to/file.py:attr``; attr is a Pipeline or returns one."""
+    target, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"{spec!r}: expected MODULE:NAME or FILE.py:NAME")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        modspec = importlib.util.spec_from_file_location(path.stem, path)
+        if modspec is None or modspec.loader is None:
+            raise ValueError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(modspec)
+        sys.modules[path.stem] = module  # so DataLoader workers can unpickle its functions
+        modspec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    obj = getattr(module, attr)
+    pipe = obj() if callable(obj) and not isinstance(obj, Pipeline) else obj
+    if not isinstance(pipe, Pipeline):
+        raise TypeError(f"{spec!r} gave {type(pipe).__name__}, not a streambuf.Pipeline")
+    return pipe
+
+
+def _with_threads(pipe: Pipeline, threads: int) -> Pipeline:
+    new = Pipeline.__new__(Pipeline)
+    new.__dict__.update(pipe.__dict__)
+    new._stages = tuple(
+        replace(s, args={**s.args, "threads": threads})
+        if s.kind == "map" and s.args.get("threads", 1) > 1
+        else s
+        for s in pipe._stages
+    )
+    return new
+
+
+def _trial(
+    pipe: Pipeline, *, workers: int, depth: int, max_bytes: int, batches: int
+) -> dict[str, Any]:
+    loader = Loader(
+        pipe, num_workers=workers, max_batches=depth, max_bytes=max_bytes, adaptive=False
+    )
+    n = 0
+    t_first = None
+    size = 0
+    for _ in loader:
+        if n == 0:
+            t_first = time.perf_counter()
+        n += 1
+        if n >= batches:
+            break
+    dt = time.perf_counter() - (t_first or time.perf_counter())
+    st = loader.stats()
+    if n:
+        size = st.bytes // max(1, st.batches)
+    return {
+        "depth": depth,
+        "batches": n,
+        "batches_per_s": (n - 1) / dt if dt > 0 and n > 1 else 0.0,
+        "batch_bytes": size,
+        "peak_in_flight_bytes": st.budget.peak_in_flight_bytes if st.budget else 0,
+    }
+
+
+def tune(
+    pipe: Pipeline,
+    *,
+    num_workers: int = 2,
+    batches: int = 30,
+    depths: tuple[int, ...] = (1, 2, 4, 8),
+    threads: tuple[int, ...] = (4, 16, 32),
+    memory_fraction: float = 0.25,
+    limits: Limits | None = None,
+    available_bytes: int | None = None,
+    verbose: bool = True,
+) -> TuneResult:
+    """Run the ladder on ``pipe`` and recommend max_batches, max_bytes and threads.
+
+    ``limits`` / ``available_bytes`` default to what this machine reports.
+    """
+    lim = limits or read_limits()
+    if available_bytes is None:
+        from .resources import memory_available
+
+        available_bytes = memory_available()
+    cap = max(1 << 20, int(min(lim.memory_bytes, available_bytes) * memory_fraction))
+    threaded = any(s.kind == "map" and s.args.get("threads", 1) > 1 for s in pipe._stages)
+    thread_opts: tuple[int | None, ...] = tuple(threads) if threaded else (None,)
+    trials: list[dict[str, Any]] = []
+    for th in thread_opts:
+        p = _with_threads(pipe, th) if th is not None else pipe
+        for d in depths:
+            depth = d * num_workers if num_workers else 1
+            t = _trial(p, workers=num_workers, depth=depth, max_bytes=cap, batches=batches)
+            t["threads"] = th
+            trials.append(t)
+            if verbose:
+                print(
+                    f"threads={th} max_batches={depth:3d}: {t['batches_per_s']:8.1f} batches/s, "
+                    f"batch {t['batch_bytes'] / (1 << 20):.1f} MiB",
+                    flush=True,
+                )
+    best = max(t["batches_per_s"] for t in trials)
+    good = [t for t in trials if t["batches_per_s"] >= 0.95 * best]
+    pick = min(good, key=lambda t: ((t["threads"] or 0), t["depth"]))
+    batch_bytes = max(t["batch_bytes"] for t in trials)
+    max_bytes = min(cap, max(1 << 20, math.ceil(1.25 * pick["depth"] * max(1, batch_bytes))))
+    reasons = (
+        f"best throughput {best:.1f} batches/s; threads={pick['threads']}, "
+        f"max_batches={pick['depth']} reach {pick['batches_per_s']:.1f} (within 5%) with the "
+        "fewest threads and the smallest depth",
+        f"max_bytes = 1.25 x {pick['depth']} batches of {batch_bytes / (1 << 20):.1f} MiB, "
+        f"capped at {cap >> 20} MiB = {memory_fraction:.0%} of min(memory limit "
+        f"{lim.memory_bytes >> 20} MiB, available {available_bytes >> 20} MiB)",
+    )
+    res = TuneResult(
+        num_workers=num_workers,
+        max_batches=pick["depth"],
+        max_bytes=max_bytes,
+        threads=pick["threads"],
+        memory_cap_bytes=cap,
+        batch_bytes=batch_bytes,
+        trials=tuple(trials),
+        reasons=reasons,
+    )
+    if verbose:
+        print("\nrecommended:")
+        print(
+            f"  Loader(pipe, num_workers={num_workers}, max_batches={res.max_batches}, "
+            f"max_bytes={res.max_bytes >> 20}MiB)"
+            + (f" with .map(..., threads={res.threads})" if res.threads else "")
+        )
+        for r in reasons:
+            print("  because", r)
+    return res
