@@ -5,6 +5,7 @@ Public API only; see README.md and DESIGN.md.
 
 from __future__ import annotations
 
+from . import video as video
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
 from .device import DevicePrefetcher
@@ -20,7 +21,10 @@ from .errors import (
 from .loader import Loader, LoaderStats
 from .pipeline import Pipeline, WorkerContext
 from .prefetch import Prefetcher, prefetch
+from .resources import Limits, Recommendation, read_limits, recommend
 from .sizing import nbytes
+from .sources.pipe import shards
+from .tuning import DepthTuner, TunerDecision
 
 __version__ = "0.1.0"
 
@@ -30,19 +34,26 @@ __all__ = [
     "BufferClosed",
     "BufferStats",
     "CreditBudget",
+    "DepthTuner",
     "DevicePrefetcher",
+    "Limits",
     "Loader",
     "LoaderStats",
     "Pipeline",
     "Prefetcher",
+    "Recommendation",
     "ShardError",
     "ShardedBuffer",
     "StageError",
     "StreambufError",
     "TooManyFailures",
+    "TunerDecision",
     "VideoError",
     "WorkerContext",
     "WorkerError",
     "nbytes",
     "prefetch",
+    "read_limits",
+    "recommend",
+    "shards",
 ]

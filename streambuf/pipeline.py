@@ -224,6 +224,18 @@ class Pipeline(IterableDataset[Any]):
             for s in self._stages
         )
 
+    def _per_stage_bytes(self) -> int | None:
+        """The Loader's stage grant split evenly among the stages that hold items ahead
+        (threaded maps without their own max_bytes, and the shard reader)."""
+        if self._stage_bytes is None:
+            return None
+        n = (self._reader is not None) + sum(
+            1
+            for s in self._stages
+            if s.kind == "map" and s.args["threads"] > 1 and s.args["max_bytes"] is None
+        )
+        return max(1, self._stage_bytes // max(1, n))
+
     # -- epochs -----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch; reaches DataLoader workers, persistent ones included."""
@@ -271,7 +283,11 @@ class Pipeline(IterableDataset[Any]):
         if self._reader is not None:
             shards = [source[i] for i in a.shards]
             yield from self._reader(
-                shards, stride=a.stride, offset=a.offset, stage_bytes=self._stage_bytes, ctx=ctx
+                shards,
+                stride=a.stride,
+                offset=a.offset,
+                stage_bytes=self._per_stage_bytes(),
+                ctx=ctx,
             )
             return
         for i in a.shards:
@@ -287,7 +303,7 @@ class Pipeline(IterableDataset[Any]):
         for k, st in enumerate(self._stages):
             a = st.args
             if st.kind == "map":
-                mb = a["max_bytes"] or self._stage_bytes or "256MiB"
+                mb = a["max_bytes"] or self._per_stage_bytes() or "256MiB"
                 it = map_items(
                     it,
                     st.fn,

@@ -38,3 +38,12 @@ def test_ladder_benchmarks_run_tiny(mod, tmp_path, capsys):
     assert "| run |" in capsys.readouterr().out
     if name in ("latency", "memory"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_gpu_benchmark_runs_tiny_on_cpu(tmp_path, capsys):
+    from benchmarks import gpu
+
+    report = gpu.run(out=str(tmp_path), tiny=True, allow_cpu=True)
+    assert report["device"] in ("cpu", "cuda")
+    assert all(0 < r["busy_fraction"] <= 1.0 for r in report["rows"])
+    assert (tmp_path / "gpu.json").exists()

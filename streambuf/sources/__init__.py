@@ -1,7 +1,8 @@
 """Network shard sources: URL lists, resumable streams, tar samples, decoders, lanes.
 
 ``expand_urls`` -> ``stream_shards`` (lanes of ``open_stream`` + ``iter_tar_samples``)
--> ``Decoder``. Remote protocols need ``pip install streambuf[remote]``.
+-> ``Decoder``; ``shards`` wraps them in a ``streambuf.Pipeline`` (``LaneReader`` per
+worker, ``shard_stats`` for the counters). Remote protocols need ``pip install streambuf[remote]``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from .decoders import DEFAULT_DECODERS, Decoder, decode_sample, register_decoder
 from .lanes import ShardStream, SourceStats, stream_shards
 from .opener import IOCounters, IOStats, ShardReader, open_stream
+from .pipe import LaneReader, ShardCounters, ShardTotals, shard_stats, shards
 from .tar import iter_tar_samples
 from .urls import expand_urls, redact, secrets_of
 
@@ -17,8 +19,11 @@ __all__ = [
     "Decoder",
     "IOCounters",
     "IOStats",
+    "LaneReader",
+    "ShardCounters",
     "ShardReader",
     "ShardStream",
+    "ShardTotals",
     "SourceStats",
     "decode_sample",
     "expand_urls",
@@ -27,5 +32,7 @@ __all__ = [
     "redact",
     "register_decoder",
     "secrets_of",
+    "shard_stats",
+    "shards",
     "stream_shards",
 ]

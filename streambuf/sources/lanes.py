@@ -10,6 +10,11 @@ consumer sees samples interleaved across K shards at once.
 * ``order="first_ready"``: a lane takes the next unclaimed shard when it needs one and
   samples come out as they arrive; one pooled budget; order depends on timing.
 
+Sample-level split: with ``stride``/``offset`` each shard contributes only the samples
+``islice(samples, offset, None, stride)`` (index ``i`` in the shard with ``i >= offset``
+and ``(i - offset) % stride == 0``); the other samples are parsed and dropped, never put.
+``streambuf.shards`` uses this when there are fewer shards than ranks x workers.
+
 Memory: at most ``max_bytes``/``max_items`` of samples in the buffer (oversize rule as in
 ``ShardedBuffer``), plus per lane one sample being parsed, one read block, and up to
 ``readahead_bytes`` of the *next* shard: when fewer than ``readahead_bytes`` of the
@@ -45,6 +50,7 @@ from .._units import parse_bytes, parse_count
 from ..buffer import BufferStats, Order, ShardedBuffer
 from ..errors import BufferClosed, ShardError, add_note
 from ..sizing import nbytes
+from ._ahead import _Ahead, _Prefixed
 from .opener import IOCounters, IOStats, ShardReader, open_stream
 from .tar import iter_tar_samples
 from .urls import redact, secrets_of
@@ -61,7 +67,8 @@ class SourceStats:
 
     Attributes:
         shards_done: shards read to their end. shards_skipped: shards that failed
-            under ``on_error="skip"``. samples: samples put into the buffer.
+            under ``on_error="skip"``. samples: samples put into the buffer (only this
+            reader's share under ``stride``/``offset``).
         io: request/retry/byte counters (``IOStats``). buffer: the buffer's stats.
     """
 
@@ -70,60 +77,6 @@ class SourceStats:
     samples: int
     io: IOStats
     buffer: BufferStats
-
-
-class _Prefixed:
-    """``read`` from ``head`` first, then from the stream (a shard read ahead)."""
-
-    def __init__(self, head: bytes, stream: ShardReader) -> None:
-        self._head = memoryview(head)
-        self._stream = stream
-
-    def read(self, n: int = -1) -> bytes:
-        if self._head:
-            out = bytes(self._head[:n] if n >= 0 else self._head)
-            self._head = self._head[len(out) :]
-            return out
-        return self._stream.read(n)
-
-
-class _Ahead:
-    """Open a shard and read its first bytes on a helper thread."""
-
-    def __init__(self, owner: ShardStream, url: str, lane: int) -> None:
-        self.url = url
-        self.stream: ShardReader | None = None
-        self.head = b""
-        self.error: BaseException | None = None
-        self._owner = owner
-        self._thread = threading.Thread(
-            target=self._run, name=f"streambuf-{_STAGE}-ahead-{lane}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.stream = self._owner._open(self.url)
-            self.head = self.stream.read(self._owner._readahead)
-        except BaseException as exc:
-            self.error = exc
-
-    def result(self) -> tuple[ShardReader, bytes]:
-        self._thread.join()
-        if self.error is not None:
-            if self.stream is not None:
-                self.stream.close()
-            raise self.error
-        assert self.stream is not None
-        return self.stream, self.head
-
-    def cancel(self, timeout_s: float) -> None:
-        stream = self.stream
-        if stream is not None:
-            stream.abort()
-        self._thread.join(timeout_s)
-        if self.stream is not None:
-            self.stream.close()
 
 
 class ShardStream:
@@ -156,7 +109,12 @@ class ShardStream:
         max_shard_bytes: int | None = 64 << 30,
         sizeof: Callable[[Any], int] = nbytes,
         join_timeout_s: float = 1.0,
+        stride: int = 1,
+        offset: int = 0,
     ) -> None:
+        if stride < 1 or offset < 0:
+            raise ValueError(f"stride={stride} must be >= 1 and offset={offset} >= 0")
+        self._stride, self._offset = int(stride), int(offset)
         if isinstance(urls, str) or not isinstance(urls, Sequence):
             raise TypeError("urls must be a list of URLs; use expand_urls(spec) for a pattern")
         self._urls = [str(u) for u in urls]
@@ -255,11 +213,14 @@ class ShardStream:
             with stream:
                 self._current[lane] = stream
                 source = _Prefixed(head, stream) if head else stream
-                for sample in iter_tar_samples(source, url=self._redact(url), **self._tar_kw):
+                samples = iter_tar_samples(source, url=self._redact(url), **self._tar_kw)
+                for i, sample in enumerate(samples):
                     if self._ahead[lane] is None and next_index is None and self._near_end(stream):
                         next_index = self._claim(lane, j + 1)
                         if next_index is not None:
                             self._ahead[lane] = _Ahead(self, self._urls[next_index], lane)
+                    if i < self._offset or (i - self._offset) % self._stride:
+                        continue  # another slot's sample (sample-level split)
                     self._buf.put(lane, sample)
                     with self._lock:
                         self._samples += 1
@@ -359,6 +320,8 @@ def stream_shards(
     max_shard_bytes: int | None = 64 << 30,
     sizeof: Callable[[Any], int] = nbytes,
     join_timeout_s: float = 1.0,
+    stride: int = 1,
+    offset: int = 0,
 ) -> ShardStream:
     """Stream WebDataset samples from ``urls`` with lane threads (see the module docstring).
 
@@ -382,6 +345,8 @@ def stream_shards(
         max_member_bytes, max_sample_bytes, max_shard_bytes: ``iter_tar_samples`` limits.
         sizeof: bytes of one sample for the budget (``streambuf.nbytes``).
         join_timeout_s: how long ``close()`` waits for the lane threads, in total.
+        stride, offset: deliver only ``islice(samples, offset, None, stride)`` of each
+            shard (a sample-level split between readers of the same shards).
 
     Returns:
         A ``ShardStream``: iterate it once; ``stats()`` gives a ``SourceStats`` snapshot.
@@ -412,4 +377,6 @@ def stream_shards(
         max_shard_bytes=max_shard_bytes,
         sizeof=sizeof,
         join_timeout_s=join_timeout_s,
+        stride=stride,
+        offset=offset,
     )

@@ -9,8 +9,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
-def make_samples(shard: int, n: int, *, payload: int = 1000) -> list[dict[str, bytes]]:
-    """``n`` samples for shard ``shard``: key ``s{shard:03d}/{i:05d}``, fields txt/cls/bin."""
+def make_samples(
+    shard: int, n: int, *, payload: int = 1000, random_payload: bool = True
+) -> list[dict[str, bytes]]:
+    """``n`` samples for shard ``shard``: key ``s{shard:03d}/{i:05d}``, fields txt/cls/bin
+    (``bin``: ``payload`` random bytes, or the byte ``i % 256`` repeated, which is faster)."""
     rng = random.Random(shard)
     out = []
     for i in range(n):
@@ -20,7 +23,7 @@ def make_samples(shard: int, n: int, *, payload: int = 1000) -> list[dict[str, b
                 "__key__": key.encode(),
                 "txt": f"sample {key}".encode(),
                 "cls": str(i % 10).encode(),
-                "bin": rng.randbytes(payload),
+                "bin": rng.randbytes(payload) if random_payload else bytes([i % 256]) * payload,
             }
         )
     return out
@@ -49,10 +52,15 @@ def add_member(tf: tarfile.TarFile, name: str, data: bytes) -> None:
     tf.addfile(ti, io.BytesIO(data))
 
 
-def make_shards(root: Path, count: int, per_shard: int, *, payload: int = 1000) -> list[Path]:
+def make_shards(
+    root: Path, count: int, per_shard: int, *, payload: int = 1000, random_payload: bool = True
+) -> list[Path]:
     root.mkdir(parents=True, exist_ok=True)
     return [
-        write_tar(root / f"shard-{s:06d}.tar", make_samples(s, per_shard, payload=payload))
+        write_tar(
+            root / f"shard-{s:06d}.tar",
+            make_samples(s, per_shard, payload=payload, random_payload=random_payload),
+        )
         for s in range(count)
     ]
 

@@ -13,6 +13,7 @@ server) so the same faults apply to S3 traffic. Faults are set per path (``"*"``
 * ``bandwidth_bps``: every connection is paced to this many bytes per second.
 * ``ignore_range``: answer ``200`` with the whole file, whatever ``Range`` says.
 
+Files are memory-mapped, not read into the heap (memory tests measure the whole system).
 ``log`` records every request: method, path, the start of its Range (or None), the
 status, and the body bytes actually sent.
 """
@@ -20,6 +21,7 @@ status, and the body bytes actually sent.
 from __future__ import annotations
 
 import http.client
+import mmap
 import re
 import socket
 import threading
@@ -132,6 +134,15 @@ class FaultyServer:
         self.stop()
 
 
+def _map(file: Path) -> memoryview:
+    """The file's bytes without copying them into this process's heap: served from the
+    page cache, so a memory measurement of the system does not count the server."""
+    with open(file, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: FaultyServer
     protocol_version = "HTTP/1.1"
@@ -188,7 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(404, range_start)
             self.send_error(404, "File not found")
             return
-        data = file.read_bytes()
+        data = _map(file)
         size = len(data)
         start, end = 0, size - 1
         status = 200
@@ -218,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.end_headers()
         if body and self.command == "GET":
-            self._send_body(path, memoryview(data)[start : end + 1], rec)
+            self._send_body(path, data[start : end + 1], rec)
 
     def _proxy(self, path: str, range_start: int | None, body: bool) -> None:
         srv = self.owner

@@ -192,3 +192,20 @@ def test_bad_arguments() -> None:
         stream_shards(["a.tar"], readahead_bytes=-1)
     with pytest.raises(ValueError):
         stream_shards(["a.tar"], on_error="ignore")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("stride", "offset"), [(1, 0), (3, 0), (3, 2), (2, 5)])
+def test_stride_offset_is_islice_of_each_shard(shard_dir: Path, stride: int, offset: int) -> None:
+    urls = expand_urls(str(shard_dir / "*.tar"))
+    stream = stream_shards(urls, lanes=3, stride=stride, offset=offset)
+    keys = [s["__key__"] for s in stream]
+    want = {f"s{s:03d}/{i:05d}" for s in range(4) for i in range(20)[offset::stride]}
+    assert len(keys) == len(want) and set(keys) == want
+    assert stream.stats().samples == len(want) and stream.stats().shards_done == 4
+
+
+def test_stride_offset_bad_values() -> None:
+    with pytest.raises(ValueError, match="stride"):
+        stream_shards(["a.tar"], stride=0)
+    with pytest.raises(ValueError, match="offset"):
+        stream_shards(["a.tar"], offset=-1)
