@@ -103,7 +103,7 @@ class _Lane:
         self.peak_items = self.peak_bytes = self.oversize = 0
         self.puts = self.gets = self.empty_gets = 0
         self.put_wait_s = self.get_wait_s = 0.0
-        self.waiters: deque[object] = deque()
+        self.waiters: deque[threading.Condition] = deque()
 
     def snapshot(self) -> BufferStats:
         return BufferStats(
@@ -151,10 +151,11 @@ class _Engine(Generic[T]):
             )
         self._sizeof = sizeof
         self._lock = threading.Lock()
+        # Getters share one condition; each blocked put waits on its own condition in a
+        # FIFO, so a get wakes exactly the producer that may now proceed (no herd).
         self._not_empty = threading.Condition(self._lock)
-        self._space = threading.Condition(self._lock)
         self._lanes = [_Lane() for _ in range(self._nlanes)]
-        self._pool_waiters: deque[object] = deque()
+        self._pool_waiters: deque[threading.Condition] = deque()
         self._items = 0
         self._bytes = 0
         self._peak_items = self._peak_bytes = self._oversize = 0
@@ -198,7 +199,7 @@ class _Engine(Generic[T]):
         with self._lock:
             self._max_items, self._max_bytes = new_items, new_bytes
             self._apply_limits()
-            self._space.notify_all()
+            self._wake_all_puts()
 
     @property
     def max_items(self) -> int:
@@ -233,9 +234,9 @@ class _Engine(Generic[T]):
             self._admit(index, lane, item, size)
 
     def _wait_for_room(
-        self, lane: _Lane, waiters: deque[object], size: int, timeout_s: float | None
+        self, lane: _Lane, waiters: deque[threading.Condition], size: int, timeout_s: float | None
     ) -> None:
-        token = object()
+        token = threading.Condition(self._lock)
         waiters.append(token)
         self._put_waiting += 1
         t0 = time.monotonic()
@@ -247,17 +248,17 @@ class _Engine(Generic[T]):
                 if waiters[0] is token and self._fits(lane, size):
                     return
                 if deadline is None:
-                    self._space.wait()
+                    token.wait()
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError(f"put() found no room within {timeout_s} s")
-                    self._space.wait(left)
+                    token.wait(left)
         finally:
             waiters.remove(token)
             self._put_waiting -= 1
             if waiters:
-                self._space.notify_all()  # the next waiter may now be at the head
+                waiters[0].notify()  # the next waiter may now be at the head
             waited = time.monotonic() - t0
             lane.put_wait_s += waited
             self._put_wait_s += waited
@@ -282,12 +283,19 @@ class _Engine(Generic[T]):
             self._peak_items = self._items
         if self._bytes > self._peak_bytes:
             self._peak_bytes = self._bytes
-        if self._pooled:
+        if self._pooled and self._nlanes > 1:
             self._arrivals.append(index)
         if self._observer is not None:
             self._observer(self)
         if self._get_waiting:
-            self._not_empty.notify_all()
+            rot = self._rotation
+            if self._pooled or not rot or rot[self._cursor % len(rot)] == index:
+                self._not_empty.notify_all()  # round-robin: only the awaited lane matters
+
+    def _wake_all_puts(self) -> None:
+        for waiters in (self._pool_waiters, *(ln.waiters for ln in self._lanes)):
+            for cond in waiters:
+                cond.notify()
 
     def _finish(self, index: int) -> None:
         with self._lock:
@@ -298,6 +306,8 @@ class _Engine(Generic[T]):
     def _ready(self) -> int | None:
         """The lane to deliver from now, or None (nothing ready). Caller holds the lock."""
         if self._pooled:
+            if self._nlanes == 1:
+                return 0 if self._items else None
             return self._arrivals[0] if self._arrivals else None
         rot = self._rotation
         while rot:
@@ -330,14 +340,16 @@ class _Engine(Generic[T]):
             self._items -= 1
             self._bytes -= size
             self._gets += 1
-            if self._pooled:
-                self._arrivals.popleft()
-            else:
+            if not self._pooled:
                 self._cursor += 1
+            elif self._nlanes > 1:
+                self._arrivals.popleft()
             if self._observer is not None:
                 self._observer(self)
             if self._put_waiting:
-                self._space.notify_all()
+                waiters = self._pool_waiters if self._pooled else lane.waiters
+                if waiters:
+                    waiters[0].notify()
             return item
 
     def _wait_for_item(self, timeout_s: float | None) -> int:
@@ -384,7 +396,7 @@ class _Engine(Generic[T]):
         """
         with self._lock:
             self._closed = True
-            self._space.notify_all()
+            self._wake_all_puts()
             self._not_empty.notify_all()
 
     def abort(self, exc: BaseException) -> None:
@@ -401,7 +413,7 @@ class _Engine(Generic[T]):
                 lane.bytes = 0
             self._arrivals.clear()
             self._items = self._bytes = 0
-            self._space.notify_all()
+            self._wake_all_puts()
             self._not_empty.notify_all()
 
     @property

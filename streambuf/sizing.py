@@ -66,10 +66,14 @@ class _NBytes:
 nbytes = _NBytes()
 
 
+_SCALARS = (bool, int, float, complex, type(None))
+_BYTES = (bytes, bytearray)
+
+
 def _size(obj: Any, seen: set[int], reg: _NBytes) -> int:
-    if obj is None or isinstance(obj, bool | int | float | complex):
+    if isinstance(obj, _SCALARS):
         return sys.getsizeof(obj)
-    if isinstance(obj, bytes | bytearray):
+    if isinstance(obj, _BYTES):
         return len(obj)
     if isinstance(obj, str):
         return sys.getsizeof(obj)
