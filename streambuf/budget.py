@@ -232,6 +232,11 @@ class CreditBudget:
             self._g[_G_HELD_B] -= nbytes
             self._ring(worker)
 
+    def held_bytes(self) -> int:
+        """Bytes of finished batches waiting to be handed over (a lock-free read: a
+        consumer that finds 0 here found the buffer empty, the tuner's signal)."""
+        return int(self._g[_G_HELD_B])
+
     def new_generation(self) -> int:
         """Forget everything in flight (an iteration was abandoned) and wake all waiters."""
         with self._lock:

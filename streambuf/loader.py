@@ -137,6 +137,7 @@ class LoaderStats:
         elapsed_s: seconds since the current iteration began.
         batches_per_s: batches / elapsed_s of the current iteration.
         wait_fraction: share of the current iteration's time spent waiting for data.
+        empty_gets: times the loop asked while no finished batch was waiting (starved).
         depth: batches allowed in flight now (the tuner's choice, or max_batches).
         occupancy: batches in flight / depth, now.
         tuner_decisions: depth changes so far; ``decisions`` holds the last 16.
@@ -150,6 +151,7 @@ class LoaderStats:
     elapsed_s: float
     batches_per_s: float
     wait_fraction: float
+    empty_gets: int
     depth: int
     occupancy: float
     tuner_decisions: int
@@ -237,6 +239,7 @@ class Loader:
         self._batches = 0
         self._bytes = 0
         self._wait_s = 0.0
+        self._empty_gets = 0
         self._iter_start = time.monotonic()
         self._iter_batches = 0
         self._iter_wait = 0.0
@@ -329,6 +332,9 @@ class Loader:
 
     def _count(self, it: Iterator[Any], *, tagged: bool) -> Iterator[Any]:
         while True:
+            # "found empty": no finished batch was waiting when the loop asked. Waiting
+            # while one is in transit is transport cost, not starvation.
+            empty = self._budget is not None and self._budget.held_bytes() <= 0
             t0 = time.monotonic()
             try:
                 item = next(it)
@@ -349,8 +355,10 @@ class Loader:
                 assert self._budget is not None
                 self._budget.release(item.worker, item.nbytes)
                 size, item = item.nbytes, item.batch
+                if empty:
+                    self._empty_gets += 1
                 if self.tuner is not None:
-                    self.tuner.observe(waited_s=waited, batch_bytes=size)
+                    self.tuner.observe(waited_s=waited if empty else 0.0, batch_bytes=size)
                     depth = self.tuner.update()
                     if depth is not None:
                         self._budget.set_limits(max_batches=depth)
@@ -382,6 +390,7 @@ class Loader:
             elapsed_s=elapsed,
             batches_per_s=self._iter_batches / elapsed,
             wait_fraction=self._iter_wait / elapsed,
+            empty_gets=self._empty_gets,
             depth=depth,
             occupancy=(budget.in_flight_batches / depth) if budget is not None else 0.0,
             tuner_decisions=len(decisions),

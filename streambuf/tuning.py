@@ -104,7 +104,8 @@ class DepthTuner:
         self._hold = 0
 
     def observe(self, *, waited_s: float, batch_bytes: int) -> None:
-        """The consumer got one batch after waiting ``waited_s``."""
+        """The consumer got one batch after waiting ``waited_s`` *because the buffer was
+        empty* (pass 0 when a finished batch was already waiting: that wait is transport)."""
         self._waited += waited_s
         if batch_bytes > self._largest:
             self._largest = batch_bytes
