@@ -194,6 +194,8 @@ def test_spawn_workers_exactly_once_and_epochs(persistent):
         orders.append([x for b in loader for x in ids_of(b)])
     assert sorted(orders[0]) == sorted(orders[1]) == sorted(all_samples(5))
     assert orders[0] != orders[1]
-    fork = Loader(make_pipe(5, shuffle=True, seed=4), num_workers=2, max_batches=4, max_bytes="1MiB")
+    fork = Loader(
+        make_pipe(5, shuffle=True, seed=4), num_workers=2, max_batches=4, max_bytes="1MiB"
+    )
     fork.set_epoch(1)
     assert [x for b in fork for x in ids_of(b)] == orders[1]  # same order under fork and spawn

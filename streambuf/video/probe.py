@@ -175,14 +175,16 @@ class VideoInfo:
 
 
 @contextmanager
-def open_video(source: VideoSource) -> Iterator[tuple[Any, Any]]:
+def open_video(source: VideoSource, *, name: str | None = None) -> Iterator[tuple[Any, Any]]:
     """Open ``source`` and yield ``(container, first video stream)``; always closes.
+
+    ``name`` is used in messages (default: ``source_name(source)``).
 
     Raises:
         VideoError: stage "video.open" when the file cannot be opened or has no video.
     """
     av = _import_av()
-    name = source_name(source)
+    name = name or source_name(source)
     if not isinstance(source, str | os.PathLike) and hasattr(source, "seek"):
         source.seek(0)  # a file object probed before must be read from its start again
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import streambuf.video.clips as clips_mod
+import streambuf.video.decode as clips_mod
 from streambuf.video import (
     DecodeStats,
     clips_at_random_indices,

@@ -10,9 +10,14 @@ How a video is read (DESIGN.md, "Video conventions"):
    decoder seeks only when the next requested frame's keyframe lies beyond the frame that
    decoding forward would produce next (so it never decodes frames a seek could skip,
    never seeks where it could just continue, and never goes back); each frame
-   is decoded and converted (swscale: resize + rgb24) once however many clips share it;
-4. yield each clip as soon as its last frame is decoded, and drop frames no pending clip
-   needs, so at most the frames of the clips in progress are held.
+   is decoded and converted (swscale: resize + rgb24) once however many clips share it,
+   by one swscale context per call on one thread (PyAV's default builds a context per
+   frame with a thread per CPU: twice the time, and threads created in every worker);
+4. build each clip in place: its output tensor (already in ``layout``) is allocated when its
+   first frame is decoded and each converted frame is copied into every pending clip that
+   uses it, then dropped; a clip is yielded as soon as its last frame is in. So what a
+   call holds beyond the yielded clips is the clips in progress plus one frame (no frame
+   list, no stacked copy, no layout copy).
 
 Clips are therefore yielded in order of their last frame (ties: sampler order), which for
 regular and window samplers is the sampler's order; ``Clip.clip_index`` is always the
@@ -22,12 +27,11 @@ closed early.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch.utils.data import default_collate
 from torch.utils.data._utils.collate import default_collate_fn_map
@@ -127,7 +131,8 @@ def decode_clips(
     max_failures: int | None = None,
     policy: FailurePolicy | None = None,
     stats: DecodeStats | None = None,
-) -> Iterator[Clip]:
+    name: str | None = None,
+) -> Generator[Clip, None, None]:
     """Yield the clips ``sampler`` picks from ``source``, decoded with PyAV.
 
     Args:
@@ -144,6 +149,8 @@ def decode_clips(
         policy: a ``FailurePolicy`` shared across calls (e.g. one per pipeline stage), so
             ``max_failures`` counts across videos.
         stats: counters to update (see ``DecodeStats``).
+        name: the video's name in messages and ``Clip.source`` (default: the path, or
+            the file object's ``name``); pass a redacted URL for remote files.
 
     Yields:
         ``Clip`` objects (order: see the module docstring).
@@ -158,9 +165,9 @@ def decode_clips(
     """
     if layout not in _LAYOUTS:
         raise ValueError(f"layout={layout!r} must be one of {_LAYOUTS}")
-    for name, value in (("width", width), ("height", height)):
+    for arg, value in (("width", width), ("height", height)):
         if value is not None and value <= 0:
-            raise ValueError(f"{name}={value} must be > 0, or None for the coded size")
+            raise ValueError(f"{arg}={value} must be > 0, or None for the coded size")
     if threads < 0:
         raise ValueError(f"threads={threads} must be >= 0 (0: FFmpeg decides)")
     if not callable(getattr(sampler, "sample", None)):
@@ -180,6 +187,7 @@ def decode_clips(
         threads,
         policy,
         stats if stats is not None else DecodeStats(),
+        name,
     )
 
 
@@ -192,11 +200,12 @@ def _decode(
     threads: int,
     policy: FailurePolicy,
     stats: DecodeStats,
-) -> Iterator[Clip]:
+    name: str | None,
+) -> Generator[Clip, None, None]:
     av = _import_av()
-    name = source_name(source)
+    name = name or source_name(source)
     try:
-        with open_video(source) as (container, stream):
+        with open_video(source, name=name) as (container, stream):
             info = build_index(container, stream, name)
             stats.videos += 1
             try:
@@ -242,40 +251,53 @@ def _emit(
     name: str,
     stats: DecodeStats,
 ) -> Iterator[Clip]:
+    from av.video.reformatter import VideoReformatter
+
     kwargs = _output_size(info, size)
-    users = Counter(i for clip in clips for i in set(clip))
+    sws = VideoReformatter()  # reused: one swscale context for the whole video
+    slots: dict[int, list[tuple[int, int]]] = defaultdict(list)  # frame -> (clip, slot)
+    for ci, clip in enumerate(clips):
+        for t, i in enumerate(clip):
+            slots[i].append((ci, t))
     by_last: dict[int, list[int]] = defaultdict(list)
     for ci, clip in enumerate(clips):
         by_last[max(clip)].append(ci)
-    held: dict[int, np.ndarray] = {}
-    for i, frame in _forward_frames(container, stream, info, sorted(users), stats):
-        held[i] = frame.to_ndarray(format="rgb24", **kwargs)
+    pending: dict[int, torch.Tensor] = {}  # clip index -> its tensor, being filled
+    for i, frame in _forward_frames(container, stream, info, sorted(slots), stats):
+        converted = sws.reformat(frame, format="rgb24", threads=1, **kwargs)
+        rgb = torch.from_numpy(converted.to_ndarray())  # HWC, a view of `converted`
         stats.frames_converted += 1
+        for ci, t in slots[i]:
+            out = pending.get(ci)
+            if out is None:
+                out = pending[ci] = _alloc(len(clips[ci]), rgb.shape, layout)
+            _put_frame(out, t, rgb, layout)
+        del rgb, converted
         for ci in by_last.get(i, ()):
-            idx = clips[ci]
             stats.clips += 1  # counted when handed out, even if the consumer stops here
-            yield _make_clip(np.stack([held[j] for j in idx]), info, idx, layout, name, ci)
-            for j in set(idx):
-                users[j] -= 1
-                if not users[j]:
-                    del held[j]
+            idx = clips[ci]
+            yield Clip(
+                data=pending.pop(ci),
+                pts_seconds=torch.from_numpy(info.pts_seconds[idx]),
+                duration_seconds=torch.from_numpy(info.frame_duration_seconds[idx]),
+                source=name,
+                clip_index=ci,
+            )
 
 
-def _make_clip(
-    thwc: np.ndarray, info: VideoInfo, idx: list[int], layout: Layout, name: str, clip_index: int
-) -> Clip:
-    data = torch.from_numpy(thwc)
-    if layout == "TCHW":
-        data = data.permute(0, 3, 1, 2).contiguous()
-    elif layout == "CTHW":
-        data = data.permute(3, 0, 1, 2).contiguous()
-    return Clip(
-        data=data,
-        pts_seconds=torch.from_numpy(info.pts_seconds[idx]),
-        duration_seconds=torch.from_numpy(info.frame_duration_seconds[idx]),
-        source=name,
-        clip_index=clip_index,
-    )
+def _alloc(frames: int, hwc: torch.Size, layout: Layout) -> torch.Tensor:
+    h, w, c = hwc
+    shape = {"TCHW": (frames, c, h, w), "THWC": (frames, h, w, c), "CTHW": (c, frames, h, w)}
+    return torch.empty(shape[layout], dtype=torch.uint8)
+
+
+def _put_frame(out: torch.Tensor, t: int, rgb: torch.Tensor, layout: Layout) -> None:
+    if layout == "THWC":
+        out[t].copy_(rgb)
+    elif layout == "TCHW":
+        out[t].copy_(rgb.permute(2, 0, 1))
+    else:
+        out[:, t].copy_(rgb.permute(2, 0, 1))
 
 
 def _forward_frames(

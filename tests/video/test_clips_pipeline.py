@@ -1,0 +1,227 @@
+"""clips(): a Pipeline over many videos; exactly once, deterministic, bounded, closable."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import streambuf.video.source as source_mod
+from streambuf import Pipeline, TooManyFailures, VideoError, WorkerContext
+from streambuf.video import (
+    Clip,
+    VideoReader,
+    clips,
+    clips_at_random_indices,
+    clips_at_regular_indices,
+    clips_at_regular_timestamps,
+    decode_clips,
+    every_frame_windows,
+)
+from tests.helpers import wait_for_threads
+
+pytestmark = pytest.mark.timeout(60)
+
+SAMPLER = clips_at_random_indices(num_clips=3, num_frames_per_clip=4, num_indices_between_frames=2)
+
+
+@pytest.fixture(scope="module")
+def paths(videos) -> list[str]:
+    return sorted(str(p) for p in videos.values())
+
+
+def key(c: Clip) -> tuple[str, int]:
+    return str(c.source), int(c.clip_index)
+
+
+def reference(paths: list[str], sampler, *, seed: int = 0, epoch: int = 0) -> dict:
+    """(source, clip_index) -> clip, decoded video by video with decode_clips."""
+    out = {}
+    for i, p in enumerate(paths):
+        for c in decode_clips(p, sampler=sampler, seed=seed, epoch=epoch, index=i):
+            out[key(c)] = c
+    return out
+
+
+def assert_same_clips(got: list[Clip], want: dict) -> None:
+    keys = [key(c) for c in got]
+    assert len(keys) == len(set(keys)), "a clip was delivered twice"
+    assert set(keys) == set(want)
+    for c in got:
+        w = want[key(c)]
+        assert torch.equal(c.data, w.data)
+        assert torch.equal(c.pts_seconds, w.pts_seconds)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_same_clips_as_decode_clips(paths, threads) -> None:
+    pipe = clips(paths, sampler=SAMPLER, threads=threads, seed=3, shuffle_videos=True)
+    pipe.set_epoch(2)
+    assert_same_clips(list(pipe), reference(paths, SAMPLER, seed=3, epoch=2))
+
+
+def test_glob_is_expanded_sorted(paths, video_dir) -> None:
+    pipe = clips(str(Path(video_dir) / "*"), sampler=SAMPLER, shuffle_videos=False)
+    assert [u for _, u in pipe._source] == paths
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        clips(str(Path(video_dir) / "*.nothing"), sampler=SAMPLER)
+
+
+def test_deterministic_per_seed_and_epoch(paths) -> None:
+    def run(seed: int, epoch: int) -> list[tuple[tuple[str, int], list[float]]]:
+        pipe = clips(paths, sampler=SAMPLER, seed=seed)
+        pipe.set_epoch(epoch)
+        return [(key(c), c.pts_seconds.tolist()) for c in pipe]
+
+    assert run(1, 0) == run(1, 0)  # order too: lanes are delivered round robin
+    assert run(1, 0) != run(1, 1)
+    assert run(1, 0) != run(2, 0)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 7, 12])  # 7, 12 > 5 videos: clip-level split
+def test_exactly_once_across_ranks(paths, world_size) -> None:
+    sampler = every_frame_windows(6)
+    got: list[Clip] = []
+    for rank in range(world_size):
+        got += list(clips(paths, sampler=sampler, rank=rank, world_size=world_size, seed=4))
+    assert_same_clips(got, reference(paths, sampler, seed=4))
+
+
+def test_clip_split_decodes_only_its_clips(paths, monkeypatch) -> None:
+    seen: list[int] = []
+    real = source_mod.decode_clips
+
+    def spy(src, **kw):
+        for c in real(src, **kw):
+            seen.append(int(c.clip_index))
+            yield c
+
+    monkeypatch.setattr(source_mod, "decode_clips", spy)
+    sampler = clips_at_regular_indices(num_clips=6, num_frames_per_clip=2)
+    got = list(clips(paths[:1], sampler=sampler, rank=1, world_size=3))
+    assert sorted(int(c.clip_index) for c in got) == [1, 4]
+    assert len(seen) == 2  # the other ranks' clips were never decoded here
+
+
+def test_stage_buffer_bounded_by_stage_bytes(paths, monkeypatch) -> None:
+    made: list = []
+
+    class Spy(source_mod.ShardedBuffer):  # type: ignore[misc,name-defined]
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            made.append(self)
+
+    monkeypatch.setattr(source_mod, "ShardedBuffer", Spy)
+    sampler = every_frame_windows(4)
+    clip_bytes = 4 * 3 * 48 * 64
+    reader = VideoReader(sampler=sampler, threads=2)
+    ctx = WorkerContext(0, 1, 0, 1, 0, 0)
+    budget = 2 * 3 * clip_bytes + 100  # three clips (+ small tensors) per lane
+    n = 0
+    import time
+
+    for _ in reader(list(enumerate(paths)), stride=1, offset=0, stage_bytes=budget, ctx=ctx):
+        time.sleep(0.005)  # a slow consumer: the lanes fill up
+        n += 1
+    st = made[0].stats()
+    assert n == st.gets > 10
+    assert st.max_bytes == budget and st.peak_bytes <= budget and st.oversize == 0
+    assert all(ln.peak_bytes <= ln.max_bytes for ln in st.lanes)
+    assert st.peak_items >= 4  # the bound was reached, not just respected
+
+
+def test_break_stops_lane_threads(paths) -> None:
+    it = iter(clips(paths * 4, sampler=every_frame_windows(2), threads=3))
+    next(it)
+    it.close()
+    assert wait_for_threads("streambuf-video") == []
+
+
+def test_raise_names_the_file_and_lane(paths, tmp_path) -> None:
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video at all" * 100)
+    pipe = clips([*paths, str(bad)], sampler=SAMPLER, shuffle_videos=False)
+    with pytest.raises(VideoError) as info:
+        list(pipe)
+    assert info.value.stage == "video.open" and info.value.source == str(bad)
+    assert any("on lane" in n and "bad.mp4" in n for n in info.value.__notes__)
+    assert wait_for_threads("streambuf-video") == []
+
+
+def test_skip_counts_and_goes_on(paths, tmp_path, caplog) -> None:
+    bad = [tmp_path / f"bad{i}.mp4" for i in range(2)]
+    for b in bad:
+        b.write_bytes(b"\0" * 1000)
+    missing = str(tmp_path / "missing.mp4")
+    every = [*paths, *map(str, bad)]
+    with caplog.at_level(logging.WARNING, logger="streambuf"):
+        got = list(clips(every, sampler=SAMPLER, on_error="skip", max_failures=2))
+    assert {c.source for c in got} == set(paths) and len(got) == 3 * len(paths)
+    assert sum("skipped" in r.getMessage() for r in caplog.records) == 2
+    with pytest.raises(TooManyFailures):
+        list(clips([*every, missing], sampler=SAMPLER, on_error="skip", max_failures=2))
+
+
+def test_fsspec_urls_opened_lazily(paths, monkeypatch) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    for p in paths:
+        fs.pipe(f"/vids/{Path(p).name}", Path(p).read_bytes())
+    pipe = clips("memory://vids/*", sampler=SAMPLER, shuffle_videos=False, storage_options={})
+    urls = [u for _, u in pipe._source]
+    assert urls == [f"memory:///vids/{Path(p).name}" for p in paths]
+    pickle.loads(pickle.dumps(pipe))  # nothing opened: the pipeline crosses into workers
+    got = list(pipe)
+    want = reference(paths, SAMPLER)
+    by_name = {(Path(s).name, i): c for (s, i), c in want.items()}
+    assert len(got) == len(want)
+    for c in got:
+        assert str(c.source).startswith("memory://")
+        assert torch.equal(c.data, by_name[(Path(str(c.source)).name, int(c.clip_index))].data)
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    with pytest.raises(ImportError, match=r"streambuf\[remote\]"):
+        list(clips(urls[:1], sampler=SAMPLER))
+
+
+def test_equalize_needs_a_known_clip_count(paths) -> None:
+    with pytest.raises(ValueError, match="clips_per_video"):
+        clips(paths, sampler=clips_at_regular_timestamps(seconds_between_clip_starts=0.5),
+              equalize="drop")  # fmt: skip
+    counts = Counter()
+    for rank in range(3):
+        pipe = clips(
+            paths, sampler=SAMPLER, width=16, height=16, equalize="pad", rank=rank, world_size=3
+        ).batch(2)
+        counts[rank] = len(list(pipe))
+    assert len(set(counts.values())) == 1  # 5 videos x 3 clips over 3 ranks: padded equal
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"layout": "HWC"}, ValueError, "layout"),
+        ({"width": -1}, ValueError, "width"),
+        ({"threads": 0}, ValueError, "threads"),
+        ({"ffmpeg_threads": -1}, ValueError, "ffmpeg_threads"),
+        ({"on_error": "ignore"}, ValueError, "on_error"),
+        ({"clips_per_video": 0}, ValueError, "clips_per_video"),
+        ({"sampler": object()}, TypeError, "sampler"),
+    ],
+)
+def test_bad_arguments(paths, kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        clips(paths, **{"sampler": SAMPLER, **kwargs})
+
+
+def test_is_a_pipeline_of_uint8_clips(paths) -> None:
+    pipe = clips(paths, sampler=SAMPLER, width=32, height=24, layout="CTHW").batch(4)
+    assert isinstance(pipe, Pipeline)
+    batch = next(iter(pipe))
+    assert isinstance(batch, Clip) and batch.data.shape == (4, 3, 4, 24, 32)
+    assert batch.data.dtype == torch.uint8 and np.all(batch.clip_index.numpy() < 3)
