@@ -34,7 +34,14 @@ from .sharding import (
     hash_seed,
     shard_order,
 )
-from .stages import batch_items, filter_items, map_items, prefetch_items, shuffle_items
+from .stages import (
+    batch_items,
+    filter_items,
+    flatten_items,
+    map_items,
+    prefetch_items,
+    shuffle_items,
+)
 
 __all__ = ["Pipeline", "ReadShards", "WorkerContext"]
 
@@ -159,7 +166,10 @@ class Pipeline(IterableDataset[Any]):
         max_items: int | None = None,
         max_bytes: int | str | None = None,
     ) -> Pipeline:
-        """Apply ``fn`` to each item, on ``threads`` threads inside each worker."""
+        """Apply ``fn`` to each item, on ``threads`` threads inside each worker.
+
+        If ``fn`` has a ``set_epoch(epoch)`` method it is called at the start of each
+        epoch in every worker, so per-epoch randomness needs no extra call."""
         return self._with(
             _Stage(
                 "map",
@@ -181,6 +191,11 @@ class Pipeline(IterableDataset[Any]):
         from .sources.decoders import Decoder
 
         return self.map(Decoder(decoders), threads=threads)
+
+    def flatten(self) -> Pipeline:
+        """Yield the elements of each item (an item that is a list of samples, e.g. the
+        clips ``video.decode_member`` returns for one tar sample, becomes samples)."""
+        return self._with(_Stage("flatten"))
 
     def filter(self, fn: Callable[[Any], bool], /) -> Pipeline:
         """Keep the items for which ``fn`` is true (equalize then pads by repetition)."""
@@ -302,6 +317,9 @@ class Pipeline(IterableDataset[Any]):
         it: Iterator[Any] = self._samples(ctx)
         for k, st in enumerate(self._stages):
             a = st.args
+            set_epoch = getattr(st.fn, "set_epoch", None)
+            if callable(set_epoch):  # stage functions with per-epoch randomness
+                set_epoch(ctx.epoch)
             if st.kind == "map":
                 mb = a["max_bytes"] or self._per_stage_bytes() or "256MiB"
                 it = map_items(
@@ -314,6 +332,8 @@ class Pipeline(IterableDataset[Any]):
                 )
             elif st.kind == "filter":
                 it = filter_items(it, st.fn)
+            elif st.kind == "flatten":
+                it = flatten_items(it)
             elif st.kind == "shuffle":
                 base = self._seed if a["seed"] is None else a["seed"]
                 seed = hash_seed(base, ctx.epoch, ctx.rank, ctx.worker, k, pass_index)

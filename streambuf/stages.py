@@ -30,6 +30,7 @@ __all__ = [
     "batch_items",
     "describe",
     "filter_items",
+    "flatten_items",
     "map_items",
     "prefetch_items",
     "shuffle_items",
@@ -100,6 +101,12 @@ def map_items(
         name=name,
     ) as pf:
         yield from pf
+
+
+def flatten_items(it: Iterable[Iterable[Any]], /) -> Iterator[Any]:
+    """Yield the elements of each item, in order."""
+    for x in it:
+        yield from x
 
 
 def filter_items(it: Iterable[Any], fn: Callable[[Any], bool], /) -> Iterator[Any]:

@@ -133,3 +133,21 @@ def test_fluent_methods_return_new_pipelines():
         Pipeline([1], equalize="some")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rank"):
         Pipeline([1], rank=1)
+
+
+class EpochFn:
+    def __init__(self) -> None:
+        self.epoch = -1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __call__(self, x):
+        return (self.epoch, x)
+
+
+def test_stage_set_epoch_and_flatten():
+    fn = EpochFn()
+    pipe = Pipeline([[1, 2], [3]]).flatten().map(fn)
+    pipe.set_epoch(3)
+    assert list(pipe) == [(3, 1), (3, 2), (3, 3)]
