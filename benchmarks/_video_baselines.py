@@ -9,11 +9,11 @@ identical and the conversion costs the same, so the comparisons measure what dif
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 __all__ = ["ReopenEachItem", "plain_decode_windows"]
 
@@ -32,13 +32,9 @@ def _rgb(sws, frame, size: int) -> np.ndarray:  # type: ignore[no-untyped-def]
     return sws.reformat(frame, format="rgb24", width=size, height=size, threads=1).to_ndarray()
 
 
-def plain_decode_windows(paths: Sequence[str], frames_per_clip: int, size: int) -> int:
-    """The straightforward loop: decode every frame, convert, cut into TCHW clips.
-
-    Returns the number of frames delivered (in clips of ``frames_per_clip``, the last one
-    padded by repeating, as ``every_frame_windows`` does).
-    """
-    delivered = 0
+def plain_windows(paths: Sequence[str], frames_per_clip: int, size: int) -> Iterator[torch.Tensor]:
+    """The straightforward loop: decode every frame, convert, cut into TCHW clips (the
+    last one padded by repeating, as ``every_frame_windows`` does)."""
     for path in paths:
         container, stream, sws = _open(path)
         with container:
@@ -46,14 +42,28 @@ def plain_decode_windows(paths: Sequence[str], frames_per_clip: int, size: int) 
             for frame in container.decode(stream):
                 window.append(_rgb(sws, frame, size))
                 if len(window) == frames_per_clip:
-                    clip = torch.from_numpy(np.stack(window)).permute(0, 3, 1, 2).contiguous()
-                    delivered += int(clip.shape[0])
+                    yield torch.from_numpy(np.stack(window)).permute(0, 3, 1, 2).contiguous()
                     window = []
             if window:
                 window += [window[-1]] * (frames_per_clip - len(window))
-                clip = torch.from_numpy(np.stack(window)).permute(0, 3, 1, 2).contiguous()
-                delivered += int(clip.shape[0])
-    return delivered
+                yield torch.from_numpy(np.stack(window)).permute(0, 3, 1, 2).contiguous()
+
+
+def plain_decode_windows(paths: Sequence[str], frames_per_clip: int, size: int) -> int:
+    """Frames delivered by ``plain_windows`` over ``paths``."""
+    return sum(int(c.shape[0]) for c in plain_windows(paths, frames_per_clip, size))
+
+
+class PlainWindows(IterableDataset[torch.Tensor]):
+    """``plain_windows`` as a DataLoader dataset: each worker decodes every n-th file."""
+
+    def __init__(self, paths: Sequence[str], frames_per_clip: int, size: int) -> None:
+        self.paths, self.frames_per_clip, self.size = list(paths), frames_per_clip, size
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        mine = self.paths if info is None else self.paths[info.id :: info.num_workers]
+        return plain_windows(mine, self.frames_per_clip, self.size)
 
 
 class ReopenEachItem(Dataset[torch.Tensor]):

@@ -72,12 +72,17 @@ def _fix_malloc_thresholds() -> None:
     if _MALLOC_FIXED:
         return
     _MALLOC_FIXED = True
+    import os
+
+    threshold = int(os.environ.get("STREAMBUF_MMAP_THRESHOLD", 128 * 1024))
+    if threshold <= 0:
+        return
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):
         pass
 
