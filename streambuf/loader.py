@@ -61,12 +61,16 @@ _MALLOC_FIXED = False
 
 
 def _fix_malloc_thresholds() -> None:
-    """In a worker: fix glibc's mmap/trim thresholds at 128 KiB (once per process).
+    """In a worker: fix glibc's mmap/trim thresholds at 32 KiB (once per process).
 
     glibc raises its mmap threshold each time a large mmapped block is freed (up to
     32 MiB), after which big samples come from thread heaps that keep freed memory:
     worker memory then grows past any budget. A fixed threshold keeps large blocks in
-    mmap, returned to the system on free. No-op where glibc is not the allocator.
+    mmap, returned to the system on free. 32 KiB rather than glibc's initial 128 KiB:
+    with many map threads, each thread's arena kept freed 64 KiB samples (measured:
+    growth 66 -> 29 MiB at 32 threads x 4 workers, throughput within noise).
+    ``STREAMBUF_MMAP_THRESHOLD`` (bytes; 0 = leave glibc alone) and
+    ``STREAMBUF_ARENA_MAX`` override. No-op where glibc is not the allocator.
     """
     global _MALLOC_FIXED
     if _MALLOC_FIXED:
@@ -74,7 +78,7 @@ def _fix_malloc_thresholds() -> None:
     _MALLOC_FIXED = True
     import os
 
-    threshold = int(os.environ.get("STREAMBUF_MMAP_THRESHOLD", 128 * 1024))
+    threshold = int(os.environ.get("STREAMBUF_MMAP_THRESHOLD", 32 * 1024))
     if threshold <= 0:
         return
     try:
@@ -83,6 +87,9 @@ def _fix_malloc_thresholds() -> None:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
         libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
+        arenas = int(os.environ.get("STREAMBUF_ARENA_MAX", 0))
+        if arenas > 0:
+            libc.mallopt(-8, arenas)  # M_ARENA_MAX
     except (OSError, AttributeError):
         pass
 
