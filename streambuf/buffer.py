@@ -233,8 +233,26 @@ class _Engine(Generic[T]):
                 self._wait_for_room(lane, waiters, size, timeout_s)
             self._admit(index, lane, item, size)
 
+    def _await_slot(self, index: int, timeout_s: float | None = None) -> None:
+        """Block until lane ``index`` has room for one more item of size 0 (a free slot
+        and bytes below its limit). Producers call it *before* making an item, so the
+        item being made counts against the lane: items alive <= the lane's bound + 1."""
+        lane = self._lanes[index]
+        with self._lock:
+            if self._closed:
+                raise BufferClosed("buffer closed")
+            waiters = self._pool_waiters if self._pooled else lane.waiters
+            if waiters or not self._fits(lane, 0) or len(lane.q) >= lane.max_items:
+                self._wait_for_room(lane, waiters, 0, timeout_s, slot=True)
+
     def _wait_for_room(
-        self, lane: _Lane, waiters: deque[threading.Condition], size: int, timeout_s: float | None
+        self,
+        lane: _Lane,
+        waiters: deque[threading.Condition],
+        size: int,
+        timeout_s: float | None,
+        *,
+        slot: bool = False,
     ) -> None:
         token = threading.Condition(self._lock)
         waiters.append(token)
@@ -246,7 +264,8 @@ class _Engine(Generic[T]):
                 if self._closed:
                     raise BufferClosed("buffer closed while put() was waiting")
                 if waiters[0] is token and self._fits(lane, size):
-                    return
+                    if not slot or len(lane.q) < lane.max_items:  # a slot: never "alone"
+                        return
                 if deadline is None:
                     token.wait()
                 else:

@@ -129,6 +129,9 @@ class Prefetcher(Generic[T]):
                     break
                 assert isinstance(got, tuple)
                 idx, item = got
+                if self._fn is not None:
+                    # wait for a slot before making the item: what is being made counts
+                    self._buf._await_slot(t)
                 out = self._fn(item) if self._fn is not None else item
                 self._buf.put(t, out)
         except BufferClosed:

@@ -66,7 +66,9 @@ def map_items(
     Args:
         threads: worker threads; 1 runs inline (no thread, no buffer).
         ordered: keep input order (True) or yield results as they finish.
-        max_items: results held ahead at most; default ``2 * threads``.
+        max_items: results held ahead at most, including those being made; default
+            ``threads`` (one per thread: each thread makes its next result only once
+            its previous one was taken).
         max_bytes: bytes of results held ahead at most.
 
     Raises:
@@ -90,7 +92,7 @@ def map_items(
             add_note(exc, f"streambuf: raised in stage {name!r} on {describe(x)}")
             raise
 
-    depth = max_items if max_items is not None else 2 * threads
+    depth = max_items if max_items is not None else threads
     with Prefetcher(
         it,
         max_items=max(depth, threads),

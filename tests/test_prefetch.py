@@ -149,3 +149,23 @@ def test_stuck_thread_is_daemon_and_close_is_bounded():
     assert time.monotonic() - t0 < 2
     release.set()
     del it
+
+
+def test_items_being_made_count_against_the_bound():
+    started = []
+    lock = threading.Lock()
+
+    def make(x):
+        with lock:
+            started.append(x)
+        time.sleep(0.002)
+        return x
+
+    consumed = 0
+    worst = 0
+    for _ in prefetch(range(60), max_items=4, max_bytes="1MiB", threads=4, fn=make):
+        consumed += 1
+        time.sleep(0.01)  # slow consumer: producers would run ahead if they could
+        with lock:
+            worst = max(worst, len(started) - consumed)
+    assert worst <= 4  # made or being made, not yet taken: never more than max_items
