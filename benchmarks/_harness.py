@@ -250,6 +250,8 @@ def plot_ladder(
         ax2.annotate(label, (dl_depths[0], mem), color="C1", va="bottom")
     ax1.set_xscale("log", base=2)
     ax2.set_xscale("log", base=2)
+    ax1.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=0)
     ax1.set_xlabel("prefetch_factor")
     ax2.set_xlabel("prefetch_factor")
     ax1.set_ylabel(throughput_label)
