@@ -138,6 +138,17 @@ def with_growth(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- repeats, environment, output -------------------------------------------------------
+def bench_main(run: Callable[..., dict[str, Any]], doc: str | None, argv: list[str] | None) -> None:
+    """The command line every ladder benchmark shares: ``[--quick] [--out DIR]``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default="bench-results")
+    a = p.parse_args(argv)
+    run(quick=a.quick, out=a.out)
+
+
 def interleaved(
     configs: Sequence[dict[str, Any]],
     fn: Callable[[dict[str, Any]], dict[str, Any]],

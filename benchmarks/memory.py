@@ -10,11 +10,11 @@ samples. Rule for streambuf: growth <= 1.25 x max_bytes + 100 MiB.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from benchmarks._harness import (
     MIB,
+    bench_main,
     environment,
     interleaved,
     median,
@@ -107,11 +107,7 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="bench-results")
-    a = p.parse_args(argv)
-    run(quick=a.quick, out=a.out)
+    bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

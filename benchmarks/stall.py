@@ -11,11 +11,11 @@ latency on 32 threads per worker, delivering samples as they are ready
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from benchmarks._harness import (
     MIB,
+    bench_main,
     environment,
     interleaved,
     median,
@@ -76,11 +76,7 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="bench-results")
-    a = p.parse_args(argv)
-    run(quick=a.quick, out=a.out)
+    bench_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
