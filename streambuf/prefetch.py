@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from ._threads import join_all
 from ._units import parse_count
 from .buffer import BufferStats, ShardedBuffer
 from .errors import BufferClosed, add_note
@@ -171,19 +171,7 @@ class Prefetcher(Generic[T]):
         """Stop the producers and join them (bounded by ``join_timeout_s``). Idempotent."""
         self._stop.set()
         self._buf.close()
-        deadline = time.monotonic() + self._join_timeout_s
-        for th in self._threads:
-            if th is threading.current_thread():
-                continue
-            th.join(max(0.0, deadline - time.monotonic()))
-            if th.is_alive():
-                log.warning(
-                    "streambuf: producer thread %s of stage %r still busy after %.1f s; "
-                    "it is a daemon and stops at its next put",
-                    th.name,
-                    self.name,
-                    self._join_timeout_s,
-                )
+        join_all(self._threads, timeout_s=self._join_timeout_s, stops_when="at its next put")
 
     def __enter__(self) -> Prefetcher[T]:
         return self

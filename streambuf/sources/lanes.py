@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._failures import FailurePolicy, OnError
+from .._threads import join_all
 from .._units import parse_bytes, parse_count
 from ..buffer import BufferStats, Order, ShardedBuffer
 from ..errors import BufferClosed, ShardError, add_note
@@ -268,16 +268,7 @@ class ShardStream:
         for s in [*self._current, *(a.stream for a in self._ahead if a is not None)]:
             if s is not None:
                 s.abort()
-        deadline = time.monotonic() + self._join_timeout_s
-        for th in self._threads:
-            th.join(max(0.0, deadline - time.monotonic()))
-            if th.is_alive():
-                log.warning(
-                    "streambuf: lane thread %s still busy after %.1f s; it is a daemon "
-                    "and stops when its read returns",
-                    th.name,
-                    self._join_timeout_s,
-                )
+        join_all(self._threads, timeout_s=self._join_timeout_s, stops_when="when its read returns")
 
     def __enter__(self) -> ShardStream:
         return self

@@ -37,12 +37,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .._failures import FailurePolicy, OnError
+from .._threads import join_all
 from .._units import parse_count
 from ..buffer import ShardedBuffer
 from ..errors import BufferClosed, VideoError, add_note
@@ -189,16 +189,7 @@ class _Run:
             self.stop.set()
             self.budget.close()
             self.buf.close()
-            deadline = time.monotonic() + self.r.join_timeout_s
-            for th in workers:
-                th.join(max(0.0, deadline - time.monotonic()))
-                if th.is_alive():
-                    log.warning(
-                        "streambuf: video lane %s still busy after %.1f s; it is a daemon "
-                        "and stops at its next frame",
-                        th.name,
-                        self.r.join_timeout_s,
-                    )
+            join_all(workers, timeout_s=self.r.join_timeout_s, stops_when="at its next frame")
 
     def _lane(self, lane: int, videos: Sequence[tuple[int, str]]) -> None:
         name = "?"
