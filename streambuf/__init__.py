@@ -18,12 +18,13 @@ from .errors import (
     VideoError,
     WorkerError,
 )
-from .loader import Loader, LoaderStats
+from .loader import Loader
 from .pipeline import Pipeline, WorkerContext
 from .prefetch import Prefetcher, prefetch
 from .resources import Limits, Recommendation, read_limits, recommend
 from .sizing import nbytes
 from .sources.pipe import shards
+from .stats import LoaderStats
 from .tuning import DepthTuner, TunerDecision
 
 __version__ = "0.1.0"

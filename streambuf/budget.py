@@ -19,26 +19,47 @@ bytes and batches it has produced that the main process has not yet handed to th
   the same size.
 * ``generation``: bumped by the main process when an iteration is abandoned; a worker
   waiting for credits of an older generation stops waiting (its batches are discarded).
+* **A lock held by a dead process.** The accounting lock is a process-shared semaphore:
+  a worker killed (SIGKILL, the OOM killer) or stopped while holding it never releases
+  it. The main process therefore waits for it at most ``lock_timeout_s`` and then raises
+  ``WorkerError``; such a budget is abandoned with its iteration (the Loader builds a new
+  one). Workers wait for it without a limit: if the main process died holding it, the
+  worker's parent watch ends the worker (``streambuf._worker``).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from ._units import parse_bytes, parse_count
+from ._units import check_seconds, parse_bytes, parse_count
+from .errors import WorkerError
 
 __all__ = ["BudgetStats", "CreditBudget"]
 
 # indices into the per-worker int64 array
-_USED_B, _USED_N, _LIM_B, _LIM_N, _PEAK_B, _WAIT_US, _OVERSIZE, _OVERSHOOT = range(8)
-_F = 8
+_USED_B, _USED_N, _LIM_B, _LIM_N, _PEAK_B, _WAIT_US, _OVERSIZE, _OVERSHOOT, _PEAK_N = range(9)
+_F = 9
 # indices into the global array: generation, peak of reserved+held bytes, reserved+held
-# bytes, limits, and the bytes of finished batches not yet handed over (and their peak)
-_G_GEN, _G_PEAK_B, _G_USED_B, _G_MAX_B, _G_MAX_N, _G_HELD_B, _G_PEAK_HELD_B = range(7)
+# bytes, limits, the bytes of finished batches not yet handed over (and their peak), and
+# reserved+held batches (and their peak)
+(
+    _G_GEN,
+    _G_PEAK_B,
+    _G_USED_B,
+    _G_MAX_B,
+    _G_MAX_N,
+    _G_HELD_B,
+    _G_PEAK_HELD_B,
+    _G_USED_N,
+    _G_PEAK_N,
+) = range(9)
+_G = 9
 
 
 @dataclass(frozen=True)
@@ -50,9 +71,13 @@ class BudgetStats:
             yet handed to the user, plus reservations for batches under construction.
         peak_in_flight_bytes: the most credit bytes ever taken at once (all workers);
             this is what ``max_bytes`` bounds.
+        peak_in_flight_batches: the most batches (reserved or finished) in flight at once;
+            this is what ``max_batches`` bounds.
         peak_batch_bytes_held: the most bytes of *finished* batches waiting at once.
         max_bytes / max_batches: the budget now.
         per_worker_bytes / per_worker_peak_bytes / per_worker_limit_bytes: per worker.
+        per_worker_batches / per_worker_peak_batches / per_worker_limit_batches: the same
+            in batches (the slices of ``max_batches`` when sharded).
         worker_wait_s: seconds workers spent waiting for credits, total.
         oversize: batches admitted alone because they exceeded the (slice of the) budget.
         overshoot: batches larger than their reservation.
@@ -61,12 +86,16 @@ class BudgetStats:
     in_flight_bytes: int
     in_flight_batches: int
     peak_in_flight_bytes: int
+    peak_in_flight_batches: int
     peak_batch_bytes_held: int
     max_bytes: int
     max_batches: int
     per_worker_bytes: tuple[int, ...]
     per_worker_peak_bytes: tuple[int, ...]
     per_worker_limit_bytes: tuple[int, ...]
+    per_worker_batches: tuple[int, ...]
+    per_worker_peak_batches: tuple[int, ...]
+    per_worker_limit_batches: tuple[int, ...]
     worker_wait_s: float
     oversize: int
     overshoot: int
@@ -95,9 +124,11 @@ class CreditBudget:
         max_batches: int,
         pooled: bool,
         ctx: BaseContext | None = None,
+        lock_timeout_s: float = 10.0,
     ) -> None:
         self.num_workers = parse_count(num_workers, name="num_workers")
         self.pooled = pooled
+        self.lock_timeout_s = check_seconds(lock_timeout_s, name="lock_timeout_s")
         ctx = ctx or multiprocessing.get_context()
         # A lock for the arrays and one "doorbell" semaphore per worker. Not a
         # multiprocessing.Condition: its notify() waits for every sleeper to wake, and
@@ -105,8 +136,21 @@ class CreditBudget:
         self._lock = ctx.Lock()
         self._bells = [ctx.Semaphore(0) for _ in range(self.num_workers)]
         self._w = ctx.RawArray("q", self.num_workers * _F)
-        self._g = ctx.RawArray("q", 7)
+        self._g = ctx.RawArray("q", _G)
         self.set_limits(max_bytes=max_bytes, max_batches=max_batches)
+
+    @contextmanager
+    def _main_lock(self) -> Iterator[None]:
+        """The lock, for the main process: bounded wait (see the module docstring)."""
+        if not self._lock.acquire(timeout=self.lock_timeout_s):
+            raise WorkerError(
+                f"the credit lock was not released within {self.lock_timeout_s} s: a "
+                "DataLoader worker died or was stopped while holding it"
+            )
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     # -- limits -----------------------------------------------------------------------
     def set_limits(
@@ -114,7 +158,7 @@ class CreditBudget:
     ) -> None:
         """Change the budget at run time (safe point: slices are recomputed under the lock;
         a shrink holds further reservations, it never takes back what is held)."""
-        with self._lock:
+        with self._main_lock():
             if max_bytes is not None:
                 self._g[_G_MAX_B] = parse_bytes(max_bytes)
             if max_batches is not None:
@@ -153,7 +197,7 @@ class CreditBudget:
         o = w * _F
         if self.pooled:
             used_b = self._g[_G_USED_B]
-            used_n = sum(self._w[i * _F + _USED_N] for i in range(self.num_workers))
+            used_n = self._g[_G_USED_N]
             if used_n == 0:
                 return True
             return used_n < self._g[_G_MAX_N] and used_b + nbytes <= self._g[_G_MAX_B]
@@ -164,14 +208,24 @@ class CreditBudget:
             and self._w[o + _USED_B] + nbytes <= self._w[o + _LIM_B]
         )
 
-    def reserve(self, worker: int, nbytes: int, *, generation: int, poll_s: float = 1.0) -> bool:
+    def reserve(
+        self,
+        worker: int,
+        nbytes: int,
+        *,
+        generation: int,
+        timeout_s: float | None = None,
+        poll_s: float = 1.0,
+    ) -> bool:
         """Block until ``worker`` may hold one more batch of ``nbytes``; take the credits.
 
-        Returns False (nothing taken) if the main process moved to a newer generation.
-        ``poll_s`` only bounds how long a wait lasts between re-checks; wake-ups come
-        from ``release`` through the worker's doorbell semaphore.
+        Returns False (nothing taken) if the main process moved to a newer generation, or
+        when ``timeout_s`` passed without room (0: do not wait). ``poll_s`` only bounds
+        how long a wait lasts between re-checks; wake-ups come from ``release`` through
+        the worker's doorbell semaphore.
         """
         t0 = time.monotonic()
+        deadline = None if timeout_s is None else t0 + timeout_s
         while True:
             with self._lock:
                 if self._g[_G_GEN] != generation:
@@ -184,7 +238,12 @@ class CreditBudget:
                     self._add(worker, nbytes, 1)
                     self._w[o + _WAIT_US] += int((time.monotonic() - t0) * 1e6)
                     return True
-            self._bells[worker].acquire(timeout=poll_s)
+            wait = poll_s
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return False
+            self._bells[worker].acquire(timeout=wait)
 
     def adjust(
         self, worker: int, delta_bytes: int, *, batch_bytes: int = 0, overshoot: bool = False
@@ -219,15 +278,20 @@ class CreditBudget:
         self._w[o + _USED_B] += nbytes
         self._w[o + _USED_N] += nbatches
         self._g[_G_USED_B] += nbytes
+        self._g[_G_USED_N] += nbatches
         if self._w[o + _USED_B] > self._w[o + _PEAK_B]:
             self._w[o + _PEAK_B] = self._w[o + _USED_B]
+        if self._w[o + _USED_N] > self._w[o + _PEAK_N]:
+            self._w[o + _PEAK_N] = self._w[o + _USED_N]
         if self._g[_G_USED_B] > self._g[_G_PEAK_B]:
             self._g[_G_PEAK_B] = self._g[_G_USED_B]
+        if self._g[_G_USED_N] > self._g[_G_PEAK_N]:
+            self._g[_G_PEAK_N] = self._g[_G_USED_N]
 
     # -- main side --------------------------------------------------------------------
     def release(self, worker: int, nbytes: int) -> None:
         """The main process handed a batch of ``nbytes`` from ``worker`` to the user."""
-        with self._lock:
+        with self._main_lock():
             self._add(worker, -nbytes, -1)
             self._g[_G_HELD_B] -= nbytes
             self._ring(worker)
@@ -239,29 +303,34 @@ class CreditBudget:
 
     def new_generation(self) -> int:
         """Forget everything in flight (an iteration was abandoned) and wake all waiters."""
-        with self._lock:
+        with self._main_lock():
             self._g[_G_GEN] += 1
             for w in range(self.num_workers):
                 self._w[w * _F + _USED_B] = 0
                 self._w[w * _F + _USED_N] = 0
             self._g[_G_USED_B] = 0
+            self._g[_G_USED_N] = 0
             self._g[_G_HELD_B] = 0
             self._ring()
             return int(self._g[_G_GEN])
 
     def stats(self) -> BudgetStats:
-        with self._lock:
+        with self._main_lock():
             rows = [list(self._w[w * _F : (w + 1) * _F]) for w in range(self.num_workers)]
             return BudgetStats(
                 in_flight_bytes=int(self._g[_G_USED_B]),
-                in_flight_batches=sum(r[_USED_N] for r in rows),
+                in_flight_batches=int(self._g[_G_USED_N]),
                 peak_in_flight_bytes=int(self._g[_G_PEAK_B]),
+                peak_in_flight_batches=int(self._g[_G_PEAK_N]),
                 peak_batch_bytes_held=int(self._g[_G_PEAK_HELD_B]),
                 max_bytes=int(self._g[_G_MAX_B]),
                 max_batches=int(self._g[_G_MAX_N]),
                 per_worker_bytes=tuple(r[_USED_B] for r in rows),
                 per_worker_peak_bytes=tuple(r[_PEAK_B] for r in rows),
                 per_worker_limit_bytes=tuple(r[_LIM_B] for r in rows),
+                per_worker_batches=tuple(r[_USED_N] for r in rows),
+                per_worker_peak_batches=tuple(r[_PEAK_N] for r in rows),
+                per_worker_limit_batches=tuple(r[_LIM_N] for r in rows),
                 worker_wait_s=sum(r[_WAIT_US] for r in rows) / 1e6,
                 oversize=sum(r[_OVERSIZE] for r in rows),
                 overshoot=sum(r[_OVERSHOOT] for r in rows),

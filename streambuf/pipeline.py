@@ -147,7 +147,6 @@ class Pipeline(IterableDataset[Any]):
         )
         self._stages: tuple[_Stage, ...] = ()
         self._epoch = SharedInt(0)
-        self._stage_bytes: int | None = None  # set by Loader: default budget for stages
 
     # -- fluent construction -----------------------------------------------------------
     def _with(self, stage: _Stage) -> Pipeline:
@@ -239,17 +238,17 @@ class Pipeline(IterableDataset[Any]):
             for s in self._stages
         )
 
-    def _per_stage_bytes(self) -> int | None:
-        """The Loader's stage grant split evenly among the stages that hold items ahead
+    def _per_stage_bytes(self, stage_bytes: int | None) -> int | None:
+        """A Loader's stage grant split evenly among the stages that hold items ahead
         (threaded maps without their own max_bytes, and the shard reader)."""
-        if self._stage_bytes is None:
+        if stage_bytes is None:
             return None
         n = (self._reader is not None) + sum(
             1
             for s in self._stages
             if s.kind == "map" and s.args["threads"] > 1 and s.args["max_bytes"] is None
         )
-        return max(1, self._stage_bytes // max(1, n))
+        return max(1, stage_bytes // max(1, n))
 
     # -- epochs -----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -259,6 +258,16 @@ class Pipeline(IterableDataset[Any]):
     @property
     def epoch(self) -> int:
         return self._epoch.value
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def rank_world(self) -> tuple[int, int] | None:
+        """The ``(rank, world_size)`` given to the constructor, or None: then they are
+        read from ``torch.distributed`` each time an iteration starts."""
+        return self._rank_world
 
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:
@@ -283,7 +292,7 @@ class Pipeline(IterableDataset[Any]):
             raise ValueError(f"samples_per_shard has {len(sps)} counts for {n} shards")
         return list(sps)
 
-    def _samples(self, ctx: WorkerContext) -> Iterator[Any]:
+    def _samples(self, ctx: WorkerContext, stage_bytes: int | None) -> Iterator[Any]:
         if not self._is_seq:  # a one-shot stream: every slot reads it, keeps its stride
             items: Iterable[Any] = self._source
             if self._expand is not None:
@@ -301,7 +310,7 @@ class Pipeline(IterableDataset[Any]):
                 shards,
                 stride=a.stride,
                 offset=a.offset,
-                stage_bytes=self._per_stage_bytes(),
+                stage_bytes=self._per_stage_bytes(stage_bytes),
                 ctx=ctx,
             )
             return
@@ -313,15 +322,17 @@ class Pipeline(IterableDataset[Any]):
             else:
                 yield from itertools.islice(samples, a.offset, None, a.stride)
 
-    def _stream(self, ctx: WorkerContext, pass_index: int = 0) -> Iterator[Any]:
-        it: Iterator[Any] = self._samples(ctx)
+    def _stream(
+        self, ctx: WorkerContext, stage_bytes: int | None, pass_index: int = 0
+    ) -> Iterator[Any]:
+        it: Iterator[Any] = self._samples(ctx, stage_bytes)
         for k, st in enumerate(self._stages):
             a = st.args
             set_epoch = getattr(st.fn, "set_epoch", None)
             if callable(set_epoch):  # stage functions with per-epoch randomness
                 set_epoch(ctx.epoch)
             if st.kind == "map":
-                mb = a["max_bytes"] or self._per_stage_bytes() or "256MiB"
+                mb = a["max_bytes"] or self._per_stage_bytes(stage_bytes) or "256MiB"
                 it = map_items(
                     it,
                     st.fn,
@@ -368,18 +379,22 @@ class Pipeline(IterableDataset[Any]):
         )
 
     def __iter__(self) -> Iterator[Any]:
-        ctx = self.context()
+        return self._iterate(self.context(), stage_bytes=None)
+
+    def _iterate(self, ctx: WorkerContext, *, stage_bytes: int | None) -> Iterator[Any]:
+        """Iterate as the copy described by ``ctx``, with ``stage_bytes`` for the stage
+        buffers (a Loader's grant per worker; None: each stage's own default)."""
         counts = self.batch_counts(
             world_size=ctx.world_size, num_workers=ctx.num_workers, epoch=ctx.epoch
         )
         if counts is None:
-            yield from self._stream(ctx)
+            yield from self._stream(ctx, stage_bytes)
             return
         target = counts[ctx.rank][ctx.worker]
         produced = 0
         for pass_index in itertools.count():
             got = 0
-            for item in self._stream(ctx, pass_index):
+            for item in self._stream(ctx, stage_bytes, pass_index):
                 if produced == target:
                     return
                 yield item

@@ -134,16 +134,14 @@ def equal_batch_counts(
                 w = max(range(num_workers), key=lambda i: (row[i], -i))
                 row[w] -= 1
         elif diff > 0:
-            able = [
-                w
-                for w in range(num_workers)
-                if assign(len(sizes), order, r * num_workers + w, slots).count(sizes) > 0
-            ]
+            # a worker can pad only if one pass over its data yields a batch
+            able = [w for w in range(num_workers) if per_slot[r * num_workers + w] > 0]
             if not able:
                 raise ValueError(
                     f"equalize='pad': rank {r} has no samples to repeat ({sum(sizes)} samples "
-                    f"for {world_size} ranks x {num_workers} workers); use equalize='drop' "
-                    "or more data"
+                    f"for {world_size} ranks x {num_workers} workers, batch_size={batch_size}"
+                    f"{', drop_last=True' if drop_last else ''}); use equalize='drop' or more "
+                    "data"
                 )
             for k in range(diff):  # spread pads round-robin over workers that have data
                 row[able[k % len(able)]] += 1

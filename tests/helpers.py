@@ -14,3 +14,34 @@ def wait_for_threads(prefix: str = "streambuf", timeout_s: float = 5.0) -> list[
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.01)
+
+
+def slot_batches(pipe, *, rank: int, world: int, worker: int, workers: int, epoch: int = 0):
+    """What DataLoader worker ``worker`` of ``workers`` on ``rank`` of ``world`` yields for
+    ``epoch``, computed in this process (the reference the real loaders must match)."""
+    from unittest import mock
+
+    from streambuf import Pipeline
+    from streambuf import pipeline as pipeline_mod
+
+    p = Pipeline.__new__(Pipeline)
+    p.__dict__.update(pipe.__dict__)
+    p._rank_world = (rank, world)
+    with mock.patch.object(pipeline_mod, "current_worker", lambda: (worker, workers)):
+        from streambuf._shared import SharedInt
+
+        p._epoch = SharedInt(epoch)
+        return list(p)
+
+
+def merged_batches(pipe, *, rank: int, world: int, workers: int, epoch: int = 0):
+    """The in-order DataLoader's output on ``rank``: its workers' batches round robin,
+    skipping workers that are exhausted (``workers=0`` is one slot, in process)."""
+    streams = [
+        slot_batches(pipe, rank=rank, world=world, worker=w, workers=max(workers, 1), epoch=epoch)
+        for w in range(max(workers, 1))
+    ]
+    out = []
+    for i in range(max((len(s) for s in streams), default=0)):
+        out += [s[i] for s in streams if i < len(s)]
+    return out

@@ -54,3 +54,75 @@ def slow_in_worker_1(x: int) -> int:
 
 def pid_sample(x: int) -> tuple[int, int]:
     return (x, os.getpid())
+
+
+def mib_sample(i: int) -> torch.Tensor:
+    """Exactly 1 MiB (256 Ki float32), first element = id: a batch of one is 1 MiB."""
+    t = torch.zeros(1 << 18, dtype=torch.float32)
+    t[0] = i
+    return t
+
+
+class KwOnlyError(Exception):
+    """An exception torch's ExceptionWrapper cannot rebuild (``cls(message)`` fails)."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self):
+        return (_kw_only_error, (self.args[0], self.code), self.__dict__)
+
+
+def _kw_only_error(message: str, code: int) -> KwOnlyError:
+    return KwOnlyError(message, code=code)
+
+
+class UnbuildableError(Exception):
+    """Pickles in the worker but cannot be rebuilt anywhere (its constructor needs a kw)."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def raise_on_5(kind: str):
+    """A map function raising ``kind`` on sample 5 (module level: spawn pickles it)."""
+    return _Raiser(kind)
+
+
+class _Raiser:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, x: int) -> int:
+        if x != 5:
+            return x
+        import threading
+
+        from streambuf import ShardError
+
+        if self.kind == "value":
+            raise ValueError("bad sample 5")
+        if self.kind == "key":
+            raise KeyError("field 'jpg'")
+        if self.kind == "shard":
+            raise ShardError("truncated member", stage="tar", source="s3://b/shard-5.tar")
+        if self.kind == "kwonly":
+            raise KwOnlyError("needs a code", code=7)
+        if self.kind == "unbuildable":
+            raise UnbuildableError("cannot come back", code=8)
+        if self.kind == "unpicklable":
+            err = ValueError("holds a lock")
+            err.lock = threading.Lock()  # type: ignore[attr-defined]
+            raise err
+        if self.kind == "fake_worker_error":
+            raise RuntimeError("DataLoader worker (pid 1) timed out (my own message)")
+        raise AssertionError(self.kind)
+
+
+def with_lock(x: int):
+    """A sample no batch can pickle (a lock inside)."""
+    import threading
+
+    return {"x": x, "lock": threading.Lock()}

@@ -7,9 +7,32 @@ import socket
 
 import pytest
 
-from tests.pipeline_data import all_samples
+from streambuf import Pipeline
+from tests.helpers import merged_batches
+from tests.pipeline_data import all_samples, ids_of, shard_samples, shard_size
 
 pytestmark = pytest.mark.timeout(180)
+
+
+def make_pipe(equalize, **rank_world):
+    return (
+        Pipeline(
+            list(range(7)),
+            expand=shard_samples,
+            shuffle_shards=True,
+            seed=5,
+            samples_per_shard=[shard_size(s) for s in range(7)],
+            equalize=equalize,
+            **rank_world,
+        )
+        .shuffle(8)
+        .batch(3)
+    )
+
+
+def reference(equalize, rank, world=2):
+    pipe = make_pipe(equalize, rank=rank, world_size=world)
+    return [ids_of(b) for b in merged_batches(pipe, rank=rank, world=world, workers=2)]
 
 
 def _free_port() -> int:
@@ -30,29 +53,17 @@ def _rank_body(rank: int, world: int, port: int, equalize, out) -> None:
     import torch
     import torch.distributed as dist
 
-    from streambuf import Loader, Pipeline
-    from tests.pipeline_data import shard_samples, shard_size
+    from streambuf import Loader
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
-        pipe = (
-            Pipeline(
-                list(range(7)),
-                expand=shard_samples,
-                shuffle_shards=True,
-                seed=5,
-                samples_per_shard=[shard_size(s) for s in range(7)],
-                equalize=equalize,
-            )
-            .shuffle(8)
-            .batch(3)
-        )
+        pipe = make_pipe(equalize)
         loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=60)
         ids, steps = [], 0
         for batch in loader:
-            ids += [int(x) for x in batch]
+            ids.append([int(x) for x in batch])
             steps += 1
             t = torch.ones(1)
             dist.all_reduce(t)  # a DDP step: hangs if ranks disagree on the batch count
@@ -63,10 +74,7 @@ def _rank_body(rank: int, world: int, port: int, equalize, out) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("equalize", ["pad"])
-def test_two_ranks_exactly_once(equalize):
-    """Unequal counts (equalize=None) would hang the all_reduce, as in DDP; see
-    tests/test_loader.py for exactly-once without equalize."""
+def run_ranks(equalize):
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = _free_port()
@@ -78,25 +86,21 @@ def test_two_ranks_exactly_once(equalize):
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
-    ids = [x for _, got, _, _ in results for x in got]
-    assert set(ids) == set(all_samples(7))
-    steps = [s for _, _, s, _ in results]
-    assert steps[0] == steps[1]
-    assert results[0][3] == results[1][3] == steps
+    return results
 
 
-def test_two_ranks_exactly_once_drop():
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, "drop", out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = sorted(out.get(timeout=120) for _ in procs)
-    assert all(r[2] >= 0 for r in results), results
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
-    ids = [x for _, got, _, _ in results for x in got]
-    assert len(ids) == len(set(ids)) and set(ids) <= set(all_samples(7))
+@pytest.mark.parametrize("equalize", ["pad", "drop"])
+def test_two_ranks_equal_counts_and_exact_data(equalize):
+    """Unequal counts (equalize=None) would hang the all_reduce, as in DDP. Each real
+    rank's batches equal the in-process reference for that rank (whose exact equalize
+    contents tests/test_sharding.py checks); pad covers every sample, drop none twice."""
+    results = run_ranks(equalize)
+    for rank, batches, steps, counts in results:
+        assert batches == reference(equalize, rank), rank
+        assert counts == [results[0][2], results[1][2]] and steps == len(batches)
     assert results[0][2] == results[1][2]
+    ids = [x for _, batches, _, _ in results for b in batches for x in b]
+    if equalize == "pad":
+        assert set(ids) == set(all_samples(7))
+    else:
+        assert len(ids) == len(set(ids)) and set(ids) <= set(all_samples(7))

@@ -7,6 +7,7 @@ import pytest
 from streambuf import Pipeline
 from streambuf import pipeline as pipeline_mod
 from streambuf.sharding import assign, equal_batch_counts, shard_order
+from tests.helpers import slot_batches
 from tests.pipeline_data import all_samples, ids_of, shard_samples, shard_size
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,67 +34,109 @@ def test_shard_order_is_seeded_by_seed_and_epoch():
     assert shard_order(5, seed=0, epoch=3, shuffle=False) == [0, 1, 2, 3, 4]
 
 
-def run_slot(pipe: Pipeline, rank: int, world: int, worker: int, workers: int, monkeypatch):
-    monkeypatch.setattr(pipeline_mod, "current_worker", lambda: (worker, workers))
-    p = Pipeline.__new__(Pipeline)
-    p.__dict__.update(pipe.__dict__)
-    p._rank_world = (rank, world)
-    return [ids_of(b) for b in p]
-
-
-def rank_without_data(n_shards, sizes, world, workers):
-    order = list(range(n_shards))
+def rank_without_batches(n_shards, sizes, world, workers, drop_last, shuffle):
+    """True if a rank's data makes no batch at all while another's does (then "pad" has
+    nothing to repeat on that rank)."""
+    order = shard_order(n_shards, seed=7, epoch=0, shuffle=shuffle)
     slots = world * workers
-    for r in range(world):
-        slots_r = range(r * workers, (r + 1) * workers)
-        if all(assign(n_shards, order, s, slots).count(sizes) == 0 for s in slots_r):
-            return True
-    return False
+    least = 2 if drop_last else 1
+    able = [
+        any(
+            assign(n_shards, order, s, slots).count(sizes) >= least
+            for s in range(r * workers, (r + 1) * workers)
+        )
+        for r in range(world)
+    ]
+    return any(able) and not all(able)
+
+
+def make_pipe(n_shards, *, shuffle, equalize, drop_last=False):
+    sizes = [shard_size(s) for s in range(n_shards)]
+    pipe = Pipeline(
+        list(range(n_shards)),
+        expand=shard_samples,
+        shuffle_shards=shuffle,
+        seed=7,
+        samples_per_shard=sizes,
+        equalize=equalize,
+    )
+    if shuffle:
+        pipe = pipe.shuffle(4)
+    return pipe.batch(2, drop_last=drop_last)
+
+
+def per_slot(pipe, world, workers):
+    return [
+        [
+            [ids_of(b) for b in slot_batches(pipe, rank=r, world=world, worker=w, workers=workers)]
+            for w in range(workers)
+        ]
+        for r in range(world)
+    ]
+
+
+def check_equalized(natural, got, mode, owned):
+    """``got`` (equalized) against ``natural`` (the same pipeline without equalize), slot by
+    slot. drop: every rank yields the smallest rank's batch count, each slot a prefix of its
+    own stream. pad: the largest rank's count, each slot its whole stream, then batches
+    repeated from its own samples ``owned[r][w]`` (sizes cycling through its batch sizes)."""
+    totals = [sum(len(s) for s in rank) for rank in natural]
+    target = min(totals) if mode == "drop" else max(totals)
+    for r, (nat_rank, got_rank) in enumerate(zip(natural, got)):
+        assert sum(len(s) for s in got_rank) == target, (r, mode)
+        for w, (nat, eq) in enumerate(zip(nat_rank, got_rank)):
+            if mode == "drop":
+                assert eq == nat[: len(eq)], (r, w, "drop must keep a prefix")
+                continue
+            assert eq[: len(nat)] == nat, (r, w, "pad must deliver the whole stream first")
+            extra = eq[len(nat) :]
+            if extra:
+                own = {x for b in owned[r][w] for x in b}
+                assert [len(b) for b in extra] == [
+                    len(nat[i % len(nat)]) for i in range(len(extra))
+                ], (r, w)
+                assert {x for b in extra for x in b} <= own, (r, w, "pads from its own data")
 
 
 @pytest.mark.parametrize("n_shards", [1, 2, 5, 6, 12])
 @pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("equalize", [None, "drop", "pad"])
-def test_exactly_once_matrix(n_shards, shuffle, equalize, monkeypatch):
-    """num_workers {0,1,2,3} x world {1,2,3}: union is the dataset, no duplicates;
-    with equalize every rank yields the same number of batches."""
+@pytest.mark.parametrize(
+    ("equalize", "drop_last"),
+    [(None, False), ("drop", False), ("drop", True), ("pad", False), ("pad", True)],
+)
+def test_exactly_once_matrix(n_shards, shuffle, equalize, drop_last):
+    """num_workers {0,1,2,3} x world {1,2,3}: without equalize, the union is the dataset
+    with no duplicates; with equalize, exact batch counts and contents (check_equalized)."""
     expected = sorted(all_samples(n_shards))
     sizes = [shard_size(s) for s in range(n_shards)]
     for workers, world in itertools.product([0, 1, 2, 3], [1, 2, 3]):
         w = max(workers, 1)
-        pipe = Pipeline(
-            list(range(n_shards)),
-            expand=shard_samples,
-            shuffle_shards=shuffle,
-            seed=7,
-            samples_per_shard=sizes,
-            equalize=equalize,
+        natural = per_slot(
+            make_pipe(n_shards, shuffle=shuffle, equalize=None, drop_last=drop_last), world, w
         )
-        if shuffle:
-            pipe = pipe.shuffle(4)
-        pipe = pipe.batch(2)
-        if equalize == "pad" and rank_without_data(n_shards, sizes, world, w):
+        pipe = make_pipe(n_shards, shuffle=shuffle, equalize=equalize, drop_last=drop_last)
+        if equalize == "pad" and rank_without_batches(
+            n_shards, sizes, world, w, drop_last, shuffle
+        ):
             with pytest.raises(ValueError, match="no samples to repeat"):
-                run_slot(pipe, 0, world, 0, w, monkeypatch)
+                slot_batches(pipe, rank=0, world=world, worker=0, workers=w)
             continue
-        got: list[int] = []
-        per_rank = []
-        for rank in range(world):
-            batches = [
-                b
-                for worker in range(w)
-                for b in run_slot(pipe, rank, world, worker, w, monkeypatch)
-            ]
-            per_rank.append(len(batches))
-            got += [x for b in batches for x in b]
+        got = per_slot(pipe, world, w)
+        flat = [x for rank in got for slot in rank for b in slot for x in b]
         if equalize is None:
-            assert sorted(got) == expected, (workers, world)
+            assert sorted(flat) == expected, (workers, world)
+            continue
+        owned = natural
+        if drop_last:  # a repeated pass may drop other samples than the first one did
+            owned = per_slot(make_pipe(n_shards, shuffle=shuffle, equalize=None), world, w)
+        check_equalized(natural, got, equalize, owned)
+        if equalize == "drop":
+            assert len(flat) == len(set(flat))
+            if drop_last:
+                n_batches = sum(len(s) for rank in got for s in rank)
+                assert len(flat) == 2 * n_batches
         else:
-            assert len(set(per_rank)) == 1, (workers, world, per_rank)
-            if equalize == "drop":
-                assert len(got) == len(set(got)) and set(got) <= set(expected)
-            else:
-                assert set(got) == set(expected)
+            assert set(flat) == set(expected) or drop_last
 
 
 def test_equal_batch_counts_pad_needs_data():

@@ -1,0 +1,183 @@
+"""What crosses from a DataLoader worker to the main process: batches and failures.
+
+torch's DataLoader moves a worker's exception as ``ExceptionWrapper``, which rebuilds it
+as ``cls(message)``: an exception whose constructor needs more (``StageError(stage=)``,
+most user exceptions with keyword arguments) comes back as a different type, its
+attributes and notes gone. And a batch that cannot be pickled fails inside the worker's
+queue thread, which prints the error and sends nothing: the main process waits forever.
+So a worker never lets either reach torch's machinery:
+
+* ``Tagged`` carries a batch with its worker id, size and pipeline state. It pickles the
+  batch itself, with torch's ``ForkingPickler`` (tensors still travel through shared
+  memory, as with the DataLoader), inside its own ``__reduce__``: when that fails, what
+  arrives in the main process is a ``Failure`` naming the type that could not be pickled,
+  the stage and the fix, instead of nothing.
+* ``Failure`` carries an exception raised in the worker: the exception object pickled
+  whole (type, attributes, notes, and its ``__cause__`` when that pickles too), plus its
+  type name, message and the worker's formatted traceback. ``Failure.exception()``
+  rebuilds it in the main process; when it cannot be rebuilt there, a ``StageError``
+  naming the original type and message takes its place. Either way a note gives the
+  worker, its pid and the worker traceback.
+
+Ownership: a ``Tagged`` owns its batch until the main process unpacks it; the credits it
+holds are released by the main process when the batch (or the failure) is handed over.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import StageError, add_note
+
+__all__ = ["Failure", "Tagged", "pack_exception"]
+
+
+def _dumps(obj: Any) -> bytes:
+    """Pickle as the DataLoader's queues do (torch's reductions: tensors via shared memory)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers torch's reductions)
+
+    buf = io.BytesIO()
+    ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def _loads(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+@dataclass
+class Tagged:
+    """A batch on its way from ``worker`` to the main process (see module docstring).
+
+    ``state`` is the worker's pipeline position just after this batch (plain data);
+    ``end`` marks the worker's last message of an iteration (no batch).
+    """
+
+    worker: int
+    nbytes: int
+    batch: Any
+    state: Any = None
+    end: bool = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            payload = _dumps(self.batch)
+        except Exception as exc:
+            failure = Failure.of(
+                StageError(
+                    f"a batch of type {type(self.batch).__name__} cannot be sent to the main "
+                    f"process: {type(exc).__name__}: {exc}. Every batch must pickle: return "
+                    "tensors, numpy arrays, numbers, strings and containers of them from your "
+                    "stages and collate function (convert or drop objects such as open files, "
+                    "locks, generators or lambdas before .batch())",
+                    stage="transport",
+                ),
+                worker=self.worker,
+                nbytes=self.nbytes,
+            )
+            return (_rebuild_failure, (failure.__dict__,))
+        return (_rebuild_tagged, (self.worker, self.nbytes, payload, self.state, self.end))
+
+
+def _rebuild_tagged(worker: int, nbytes: int, payload: bytes, state: Any, end: bool) -> Tagged:
+    return Tagged(worker, nbytes, _loads(payload), state, end)
+
+
+def _rebuild_failure(fields: dict[str, Any]) -> Failure:
+    f = Failure.__new__(Failure)
+    f.__dict__.update(fields)
+    return f
+
+
+def _qualname(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def pack_exception(exc: BaseException) -> dict[str, Any]:
+    """An exception as plain data: pickled whole where possible, described always."""
+    try:
+        pickled: bytes | None = _dumps(exc)
+    except Exception:
+        pickled = None
+    cause = exc.__cause__
+    try:
+        pickled_cause = _dumps(cause) if cause is not None else None
+    except Exception:
+        pickled_cause = None
+    return {
+        "pickled": pickled,
+        "pickled_cause": pickled_cause,
+        "type": _qualname(exc),
+        "message": str(exc),
+        "notes": list(getattr(exc, "__notes__", ())),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "stage": getattr(exc, "stage", None),
+        "source": getattr(exc, "source", None),
+    }
+
+
+class Failure:
+    """An exception raised in a worker, as data (see module docstring)."""
+
+    worker: int
+    nbytes: int | None  # the credits of the batch it replaces, to release; None: none held
+    pid: int
+    info: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        exc: BaseException,
+        *,
+        worker: int,
+        nbytes: int | None = None,
+        stage: str | None = None,
+    ) -> Failure:
+        f = cls()
+        f.worker, f.nbytes, f.pid = worker, nbytes, os.getpid()
+        f.info = pack_exception(exc)
+        if stage is not None and f.info["stage"] is None:
+            f.info["stage"] = stage
+        return f
+
+    def exception(self) -> BaseException:
+        """The worker's exception, rebuilt (same type, attributes and notes), or a
+        ``StageError`` naming its type when it cannot be rebuilt here."""
+        info = self.info
+        exc: BaseException | None = None
+        why = "it could not be pickled in the worker"
+        if info["pickled"] is not None:
+            try:
+                exc = _loads(info["pickled"])
+            except Exception as err:
+                why = f"rebuilding it here failed: {type(err).__name__}: {err}"
+        if not isinstance(exc, BaseException):
+            exc = StageError(
+                f"{info['type']}: {info['message']} (the original exception could not be "
+                f"raised in the main process: {why})",
+                stage=info["stage"] or "worker",
+                source=info["source"],
+            )
+            for note in info["notes"]:
+                add_note(exc, note)
+        elif info["pickled_cause"] is not None and exc.__cause__ is None:
+            try:
+                exc.__cause__ = _loads(info["pickled_cause"])
+            except Exception:
+                pass
+        add_note(
+            exc,
+            f"streambuf: raised in DataLoader worker {self.worker} (pid {self.pid}); "
+            f"worker traceback:\n{info['traceback'].rstrip()}",
+        )
+        return exc

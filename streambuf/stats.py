@@ -1,0 +1,75 @@
+"""Snapshots for logs and benchmarks: ``LoaderStats`` (``Loader.stats()``).
+
+One convention across the package: ``stats()`` returns a frozen dataclass with documented
+fields and ``as_dict()`` (``BufferStats``, ``BudgetStats``, ``LoaderStats``, the shard and
+video counters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .budget import BudgetStats
+from .tuning import TunerDecision
+
+__all__ = ["LoaderStats"]
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """Snapshot of a Loader (``loader.stats()``); ``as_dict(flat=True)`` for loggers.
+
+    Attributes:
+        batches: batches handed to the user so far (all epochs).
+        bytes: bytes of those batches.
+        wait_s: seconds the user's loop spent waiting for the next batch (all epochs).
+        elapsed_s: seconds since the current iteration began.
+        batches_per_s: batches / elapsed_s of the current iteration.
+        wait_fraction: share of the current iteration's time spent waiting for data.
+        empty_gets: times the loop asked while no finished batch was waiting (starved).
+        depth: batches allowed in flight now (the tuner's choice, or max_batches).
+        occupancy: batches in flight / depth, now.
+        tuner_decisions: depth changes so far; ``decisions`` holds the last 16.
+        budget: the credit accounting (bytes in flight, peak, per worker, oversize);
+            None when num_workers == 0. ``budget.max_bytes`` is the credit limit the
+            Loader applies to batches: ``max_bytes`` minus the stage share.
+        stage_bytes: bytes granted to the stage buffers (threaded map, prefetch, shard
+            and video lanes) of *each* worker: ``max_bytes // 4 // num_workers`` when the
+            pipeline has such stages, else None (then batches get all of ``max_bytes``).
+    """
+
+    batches: int
+    bytes: int
+    wait_s: float
+    elapsed_s: float
+    batches_per_s: float
+    wait_fraction: float
+    empty_gets: int
+    depth: int
+    occupancy: float
+    tuner_decisions: int
+    decisions: tuple[TunerDecision, ...]
+    budget: BudgetStats | None
+    stage_bytes: int | None = None
+
+    def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
+        """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"
+        (drops straight into TensorBoard's ``add_scalars`` or any logger)."""
+        d = asdict(self)
+        if not flat:
+            return d
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            if k == "decisions":
+                continue
+            if isinstance(v, dict):
+                for k2, v2 in v.items():
+                    if isinstance(v2, list | tuple):
+                        for i, x in enumerate(v2):
+                            out[f"{k}/{k2}/{i}"] = x
+                    else:
+                        out[f"{k}/{k2}"] = v2
+            elif v is not None:
+                out[k] = v
+        return out
