@@ -57,15 +57,31 @@ class IOCounters:
             return IOStats(**self._c)
 
 
-class _Missing(Exception):
+class _Fault(Exception):
+    """A failure described by its message alone (messages show no type name)."""
+
+
+class _Missing(_Fault):
     """The object does not exist or access is refused: never retried."""
 
 
-class _Transient(Exception):
+class _Changed(_Fault):
+    """The object changed between two requests of one read: never retried (the bytes
+    delivered so far belong to the old version, so no resume can be correct)."""
+
+
+class _Transient(_Fault):
     """A failure worth retrying (5xx, short body, bad Content-Range)."""
 
 
-_FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, _Missing)
+_FATAL = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    _Missing,
+    _Changed,
+)
 _TRANSIENT = (OSError, http.client.HTTPException, _Transient, TimeoutError, EOFError)
 
 
@@ -163,7 +179,9 @@ class _RawBase(io.RawIOBase):
                 self._drop()
                 if self._cancel.is_set():
                     raise ShardError("stream aborted", stage=stage, source=self.url) from exc
-                what = f"{type(exc).__name__}: {redact(exc, secrets=self._secrets)}"
+                what = redact(exc, secrets=self._secrets)
+                if not isinstance(exc, _Fault):
+                    what = f"{type(exc).__name__}: {what}"
                 if not _is_transient(exc):
                     if isinstance(exc, ImportError) or not isinstance(exc, Exception):
                         raise

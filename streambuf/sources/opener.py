@@ -9,6 +9,10 @@ Three transports, chosen by the URL:
   ``Range: bytes=<offset>-`` and check that the ``206`` answer's ``Content-Range`` starts
   exactly at ``offset`` (a server that ignores ``Range`` and answers ``200`` is handled by
   discarding the first ``offset`` bytes, logged, so nothing is ever delivered twice).
+  A resume sends ``If-Range`` with the first answer's strong ``ETag`` (else its
+  ``Last-Modified``); an answer from another version of the object (validator or size
+  differs) raises ``ShardError`` stage ``"read"`` at once, "the object changed while it was
+  being read": bytes of two versions are never mixed.
   A body shorter than its ``Content-Length`` is an error (``IncompleteRead``), never a
   silent end. ``user:password@`` in the URL becomes an ``Authorization: Basic`` header;
   proxies and redirects follow urllib's rules (``http_proxy``/``no_proxy``).

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -121,13 +122,46 @@ def test_retries_exhausted(http_server: FaultyServer) -> None:
 
 
 def test_server_ignoring_range_is_handled(http_server: FaultyServer, shard_dir: Path) -> None:
+    """A 200 answer to a resume with the same strong ETag is the same object: the bytes
+    already delivered are received again and discarded, never delivered twice."""
     http_server.ignore_range = True
     http_server.drop(f"/{NAME}", after_bytes=5000)
     counters = IOCounters()
     with open_stream(http_server.url(NAME), counters=counters, **FAST) as f:
         assert f.read() == (shard_dir / NAME).read_bytes()
+        assert f.retries == 1
     assert counters.snapshot().discarded_bytes == 5000
-    assert [r.status for r in http_server.records()] == [200, 200]
+    recs = http_server.records()
+    assert [r.status for r in recs] == [200, 200]
+    assert recs[1].range_start == 5000
+    etag = recs[1].headers.get("If-Range", "")
+    assert etag.startswith('"') and not etag.startswith("W/")  # a strong ETag was served
+
+
+@pytest.mark.parametrize("server", ["if_range", "ignore_range", "ignore_if_range"])
+def test_object_replaced_during_read_is_refused(
+    http_server: FaultyServer, shard_dir: Path, server: str
+) -> None:
+    """The shard is replaced between the first GET and the resume: the server answers 200
+    with a new ETag (If-Range no longer matches, or Range is ignored), or 206 with a new
+    ETag (a server without If-Range). Mixing the two versions would corrupt the shard, so
+    it is a ShardError naming the URL, not retried."""
+    http_server.ignore_range = server == "ignore_range"
+    http_server.ignore_if_range = server == "ignore_if_range"
+    http_server.drop(f"/{NAME}", after_bytes=5000)
+    path = shard_dir / NAME
+    f = open_stream(http_server.url(NAME), **FAST)
+    new = path.with_suffix(".new")
+    new.write_bytes(path.read_bytes()[::-1])  # same size, other bytes
+    os.utime(new, ns=(path.stat().st_mtime_ns + 10**9,) * 2)
+    os.replace(new, path)
+    with pytest.raises(ShardError) as info:
+        f.read()
+    f.close()
+    msg = str(info.value)
+    assert info.value.stage == "read" and http_server.url(NAME) in msg
+    assert "changed while it was being read" in msg and "ETag" in msg
+    assert len(http_server.records()) == 2  # no retries after the change was seen
 
 
 def test_credentials_never_shown(
