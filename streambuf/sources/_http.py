@@ -140,8 +140,9 @@ class _HTTPRaw(_RawBase):
             offset,
         )
         left = offset
+        self._resp = resp  # read through _timed_read: the progress rule applies here too
         while left:
-            chunk = resp.read(min(left, 1 << 20))
+            chunk = self._timed_read(min(left, 1 << 20))
             if not chunk:
                 raise http.client.IncompleteRead(b"", left)
             left -= len(chunk)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -240,3 +241,85 @@ def test_abort_unblocks_a_stalled_read(http_server: FaultyServer) -> None:
         f.read()
     assert time.monotonic() - t0 < 2
     f.close()
+
+
+SLOW = dict(min_rate_bps=4096, rate_window_s=0.5, backoff_s=0.01, max_backoff_s=0.05)
+
+
+def test_trickle_below_min_rate_is_dropped_and_resumed(
+    http_server: FaultyServer, shard_dir: Path
+) -> None:
+    """A connection that delivers bytes, but fewer than min_rate_bps over rate_window_s of
+    reading, is a transient fault: dropped, counted as a retry, resumed at the offset."""
+    size = (shard_dir / NAME).stat().st_size
+    http_server.trickle = (16, 0.05)  # ~320 B/s: never silent for timeout_s
+    counters = IOCounters()
+    with open_stream(http_server.url(NAME), counters=counters, timeout_s=5, **SLOW) as f:
+        head = f.read(100)
+        http_server.trickle = None  # the next connection is fast; this one keeps trickling
+        data = head + f.read()
+        assert f.retries == 1
+    assert data == (shard_dir / NAME).read_bytes()
+    recs = http_server.records(f"/{NAME}")
+    assert [r.status for r in recs] == [200, 206]
+    assert recs[0].range_start is None and 100 <= recs[1].range_start < size  # type: ignore[operator]
+    assert counters.snapshot().retries == 1
+
+
+def test_trickle_gives_up_naming_url_offset_and_rate(http_server: FaultyServer) -> None:
+    http_server.trickle = (16, 0.05)
+    t0 = time.monotonic()
+    f = open_stream(http_server.url(NAME), retries=2, timeout_s=5, **SLOW)
+    with pytest.raises(ShardError) as info:
+        f.read()
+    f.close()
+    msg = str(info.value)
+    assert info.value.stage == "read" and http_server.url(NAME) in msg
+    assert re.search(r"gave up at byte offset [1-9]\d*", msg)
+    assert re.search(r"\d+ B/s", msg) and "min_rate_bps=4096" in msg
+    starts = [r.range_start for r in http_server.records(f"/{NAME}")]
+    assert len(starts) == 3 and starts[0] is None  # the first GET and 2 retries
+    assert 0 < starts[1] < starts[2]  # type: ignore[operator]  # each resumed, never from 0
+    assert time.monotonic() - t0 < 20  # 3 windows of 0.5 s; generous for a loaded machine
+
+
+def test_a_slow_consumer_is_not_a_slow_connection(
+    http_server: FaultyServer, shard_dir: Path
+) -> None:
+    """Only time spent waiting for the transport counts: a reader that pauses between
+    reads (backpressure) does not make a fast connection look slow."""
+    with open_stream(
+        http_server.url(NAME), block_bytes=4096, min_rate_bps=10**6, rate_window_s=0.2
+    ) as f:
+        chunks = []
+        while chunk := f.read(8192):
+            chunks.append(chunk)
+            time.sleep(0.02)
+        assert f.retries == 0
+    assert b"".join(chunks) == (shard_dir / NAME).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"min_rate_bps": -1},
+        {"min_rate_bps": float("nan")},
+        {"min_rate_bps": float("inf")},
+        {"min_rate_bps": "1KiB"},
+        {"rate_window_s": 0},
+        {"rate_window_s": float("inf")},
+        {"rate_window_s": None},
+    ],
+)
+def test_rate_options_validated(shard_dir: Path, kw: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        open_stream(shard_dir / NAME, **kw)
+
+
+@pytest.mark.parametrize("off", [None, 0])
+def test_min_rate_can_be_disabled(
+    http_server: FaultyServer, shard_dir: Path, off: int | None
+) -> None:
+    http_server.trickle = (4096, 0.05)
+    with open_stream(http_server.url(NAME), min_rate_bps=off, rate_window_s=0.1) as f:
+        assert f.read() == (shard_dir / NAME).read_bytes() and f.retries == 0
