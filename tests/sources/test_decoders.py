@@ -126,3 +126,78 @@ def test_decoder_pickles() -> None:
     d = Decoder({"txt": dec_mod.decode_text})
     d2 = pickle.loads(pickle.dumps(d))
     assert d2({"txt": b"x"}) == {"txt": "x"}
+
+
+BAD = {"__key__": "s0/bad", "__url__": "http://u:pw@h/x.tar", "json": b"{nope"}
+GOOD = {"__key__": "s0/good", "__url__": "http://h/x.tar", "json": b"{}", "cls": b"3"}
+
+
+def test_skip_skips_whole_sample_counts_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    d = Decoder(on_error="skip")
+    assert d(BAD) is dec_mod.SKIPPED and not dec_mod.not_skipped(d(BAD))
+    out = d(GOOD)
+    assert out == {"__key__": "s0/good", "__url__": "http://h/x.tar", "json": {}, "cls": 3}
+    assert dec_mod.not_skipped(out) and d.skipped == 2
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "s0/bad" in warnings[0].getMessage()
+    assert "'json'" in warnings[0].getMessage() and "pw" not in caplog.text
+
+
+def test_skip_max_failures() -> None:
+    from streambuf.errors import TooManyFailures
+
+    d = Decoder(on_error="skip", max_failures=1)
+    assert d(BAD) is dec_mod.SKIPPED
+    with pytest.raises(TooManyFailures, match="max_failures=1"):
+        d(BAD)
+
+
+def test_raise_is_the_default_and_unchanged() -> None:
+    with pytest.raises(ShardError) as info:
+        Decoder()(BAD)
+    assert info.value.stage == "decode" and info.value.source == "http://***@h/x.tar"
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+
+
+def test_skip_decoder_pickles_with_fresh_counts() -> None:
+    d = Decoder(on_error="skip", max_failures=3)
+    d(BAD)
+    d2 = pickle.loads(pickle.dumps(d))
+    assert d2.skipped == 0 and d2(BAD) is dec_mod.SKIPPED
+    assert pickle.loads(pickle.dumps(dec_mod.SKIPPED)) is dec_mod.SKIPPED
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"on_error": "ignore"},
+        {"max_failures": -1},
+    ],
+)
+def test_decoder_options_validated(kw: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        Decoder(**kw)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pipeline_decode_skip_drops_bad_samples(threads: int) -> None:
+    from streambuf import Pipeline
+
+    samples = [
+        dict(GOOD, __key__=f"k{i}") if i % 3 else dict(BAD, __key__=f"k{i}") for i in range(9)
+    ]
+    pipe = Pipeline(samples).decode(on_error="skip", max_failures=5, threads=threads)
+    assert [s["__key__"] for s in pipe] == ["k1", "k2", "k4", "k5", "k7", "k8"]
+    with pytest.raises(ShardError, match="'k0'"):
+        list(Pipeline(samples).decode())
+
+
+def test_pipeline_decode_defaults_match_decoder() -> None:
+    import inspect
+
+    from streambuf import Pipeline
+
+    pipe = inspect.signature(Pipeline.decode).parameters
+    dec = inspect.signature(Decoder).parameters
+    for name in ("on_error", "max_failures"):
+        assert pipe[name].default == dec[name].default
