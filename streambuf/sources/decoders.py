@@ -13,7 +13,10 @@ Defaults (extensions as webdataset names them; a field ``x.seg.png`` is looked u
   Pillow (``pip install pillow``), converted to RGB, returned as a ``uint8`` numpy array
   ``(H, W, 3)``. Pillow rather than ``torchvision.io.decode_image`` because Pillow is a
   small, always-available wheel and torchvision is not a dependency; its decompression
-  bomb guard (``Image.MAX_IMAGE_PIXELS``) stays on.
+  bomb guard (``Image.MAX_IMAGE_PIXELS``) stays on. An image whose decoded size
+  (width x height x channels, at least the 3 returned) exceeds ``max_decoded_bytes``
+  (default 256 MiB, Pillow's own warning threshold for RGB) is refused from its header,
+  before any pixel is decoded.
 * anything else: left as ``bytes``. There is no pickle decoder: ``pyd``/``pickle`` fields
   stay bytes unless the user registers one, because unpickling untrusted shards runs code.
 
@@ -41,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from .._failures import FailurePolicy, OnError
+from .._units import parse_bytes
 from ..errors import ShardError
 from .urls import redact
 
@@ -54,6 +58,7 @@ __all__ = [
 ]
 
 FieldDecoder = Callable[[bytes], Any]
+DEFAULT_MAX_DECODED_BYTES = 256 << 20  # Pillow's DecompressionBombWarning level, in RGB
 _STAGE = "decode"
 
 
@@ -98,14 +103,24 @@ def decode_pth(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
 
-def decode_image(data: bytes) -> Any:
+def decode_image(data: bytes, *, max_decoded_bytes: int | None = DEFAULT_MAX_DECODED_BYTES) -> Any:
+    """An image as a ``uint8`` RGB array ``(H, W, 3)``; refused from its header if its
+    decoded size would exceed ``max_decoded_bytes`` (None: no limit)."""
     try:
         from PIL import Image
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("decoding images needs Pillow: pip install pillow") from exc
     import numpy as np
 
-    with Image.open(io.BytesIO(data)) as img:
+    with Image.open(io.BytesIO(data)) as img:  # lazy: reads the header only
+        width, height = img.size
+        need = width * height * max(3, len(img.getbands()))
+        if max_decoded_bytes is not None and need > max_decoded_bytes:
+            raise ValueError(
+                f"a {width}x{height} image decodes to {need} bytes, more than "
+                f"max_decoded_bytes={max_decoded_bytes}; raise max_decoded_bytes (None: no "
+                "limit) if such images are expected, or store them smaller in the shards"
+            )
         return np.asarray(img.convert("RGB"), dtype=np.uint8)
 
 
@@ -147,6 +162,8 @@ class Decoder:
             docstring), counted and logged.
         max_failures: with ``"skip"``, more skipped samples than this (per process)
             raise ``TooManyFailures``; None: no limit.
+        max_decoded_bytes: the largest decoded image (int or "256MiB"), checked from the
+            image header before decoding; None: no limit.
 
     Calling it on a sample returns a new dict; ``__``-prefixed entries pass through.
     """
@@ -158,12 +175,18 @@ class Decoder:
         defaults: bool = True,
         on_error: OnError = "raise",
         max_failures: int | None = None,
+        max_decoded_bytes: int | str | None = DEFAULT_MAX_DECODED_BYTES,
     ) -> None:
         self.decoders = {k.lower().lstrip("."): v for k, v in (decoders or {}).items()}
         self.defaults = defaults
         self.on_error: OnError = on_error
         self.max_failures = max_failures
         self._policy = FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates
+        self.max_decoded_bytes = (
+            None
+            if max_decoded_bytes is None
+            else parse_bytes(max_decoded_bytes, name="max_decoded_bytes")
+        )
 
     @property
     def skipped(self) -> int:
@@ -198,7 +221,12 @@ class Decoder:
                 out[field] = value
                 continue
             try:
-                out[field] = fn(bytes(value))
+                if fn is decode_image:
+                    out[field] = decode_image(
+                        bytes(value), max_decoded_bytes=self.max_decoded_bytes
+                    )
+                else:
+                    out[field] = fn(bytes(value))
             except ImportError:
                 raise
             except Exception as exc:
