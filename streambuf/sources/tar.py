@@ -193,7 +193,7 @@ def _text(field: bytes) -> str:
 def _checksum_ok(hdr: bytes) -> bool:
     stored = _number(hdr[148:156], what="checksum", signed=True)
     unsigned = sum(hdr[:148]) + 8 * 32 + sum(hdr[156:])
-    signed = unsigned - 2 * sum(b for b in hdr[:148] + hdr[156:] if b > 127)
+    signed = unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:])  # as signed chars
     return stored in (unsigned, signed)
 
 

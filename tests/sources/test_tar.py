@@ -330,3 +330,26 @@ def test_pax_path_trailing_slash_is_stripped_as_tarfile_does() -> None:
 def test_git_archive_global_comment_is_accepted() -> None:
     data = ext_header(b"g", pax_record("comment", "0" * 40)) + tar_bytes([("k.txt", b"x")])
     assert [s["txt"] for s in read_all(data)] == [b"x"]
+
+
+def _with_checksum(member: bytes, value: int) -> bytes:
+    block = bytearray(member[:512])
+    block[148:156] = b"%06o\0 " % value
+    return bytes(block) + member[512:]
+
+
+def test_signed_checksum_is_tarfiles() -> None:
+    """Old tars summed header bytes as signed chars: each byte > 127 counts 256 less.
+    Accept exactly that (as tarfile does), not another sum tarfile would refuse."""
+    data = tar_bytes([("\u00e9t\u00e9.txt", b"x")])  # UTF-8 name: bytes > 127
+    block = data[:512]
+    high = [b for b in block[:148] + block[156:] if b > 127]
+    unsigned = 256 + sum(block[:148]) + sum(block[156:])
+    good = _with_checksum(data, unsigned - 256 * len(high))
+    assert members_of(good) == ["\u00e9t\u00e9.txt"]
+    assert [s["__key__"] for s in read_all(good)] == ["\u00e9t\u00e9"]
+    bad = _with_checksum(data, unsigned - 2 * sum(high))
+    with pytest.raises(tarfile.ReadError):
+        members_of(bad)
+    with pytest.raises(ShardError, match="checksum"):
+        read_all(bad)
