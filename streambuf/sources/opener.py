@@ -2,7 +2,8 @@
 
 Three transports, chosen by the URL:
 
-* a local path or ``file://``: plain ``open`` (no retries: local errors are not transient).
+* a local path or ``file://``: plain ``open`` (no retries: local errors are not transient;
+  so a read slower than ``min_rate_bps``, e.g. from a hung network mount, fails at once).
 * ``http://``/``https://``: the standard library (``urllib.request``), one streaming GET
   per connection. Chosen over fsspec's HTTP filesystem because resuming needs control
   fsspec does not give: after a dropped connection, a 5xx or a timeout we send
