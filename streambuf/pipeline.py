@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from torch.utils.data import IterableDataset
 
+from ._failures import OnError
 from ._shared import SharedInt
 from .sharding import (
     Equalize,
@@ -183,13 +184,29 @@ class Pipeline(IterableDataset[Any]):
         )
 
     def decode(
-        self, decoders: Mapping[str, Callable[[bytes], Any]] | None = None, /, *, threads: int = 1
+        self,
+        decoders: Mapping[str, Callable[[bytes], Any]] | None = None,
+        /,
+        *,
+        threads: int = 1,
+        on_error: OnError = "raise",
+        max_failures: int | None = None,
+        max_decoded_bytes: int | str | None = 256 << 20,
     ) -> Pipeline:
         """Decode WebDataset sample fields by extension (``streambuf.sources.Decoder``):
-        raw bytes unless a decoder matches; built-ins for npy, json, txt/cls, pth, images."""
-        from .sources.decoders import Decoder
+        raw bytes unless a decoder matches; built-ins for npy, json, txt/cls, pth, images.
+        ``on_error="skip"`` drops a sample that fails (counted, logged, at most
+        ``max_failures`` per worker); ``max_decoded_bytes`` bounds one decoded image."""
+        from .sources.decoders import Decoder, not_skipped
 
-        return self.map(Decoder(decoders), threads=threads)
+        fn = Decoder(
+            decoders,
+            on_error=on_error,
+            max_failures=max_failures,
+            max_decoded_bytes=max_decoded_bytes,
+        )
+        pipe = self.map(fn, threads=threads)
+        return pipe.filter(not_skipped) if on_error == "skip" else pipe
 
     def flatten(self) -> Pipeline:
         """Yield the elements of each item (an item that is a list of samples, e.g. the

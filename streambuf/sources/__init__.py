@@ -7,7 +7,14 @@ worker, ``shard_stats`` for the counters). Remote protocols need ``pip install s
 
 from __future__ import annotations
 
-from .decoders import DEFAULT_DECODERS, Decoder, decode_sample, register_decoder
+from .decoders import (
+    DEFAULT_DECODERS,
+    SKIPPED,
+    Decoder,
+    decode_sample,
+    not_skipped,
+    register_decoder,
+)
 from .lanes import ShardStream, SourceStats, stream_shards
 from .opener import IOCounters, IOStats, ShardReader, open_stream
 from .pipe import LaneReader, ShardCounters, ShardTotals, shard_stats, shards
@@ -16,6 +23,7 @@ from .urls import expand_urls, redact, secrets_of
 
 __all__ = [
     "DEFAULT_DECODERS",
+    "SKIPPED",
     "Decoder",
     "IOCounters",
     "IOStats",
@@ -28,6 +36,7 @@ __all__ = [
     "decode_sample",
     "expand_urls",
     "iter_tar_samples",
+    "not_skipped",
     "open_stream",
     "redact",
     "register_decoder",

@@ -1,5 +1,12 @@
 """The http(s) transport of ``open_stream``: urllib, one streaming GET per connection,
-``Range: bytes=<offset>-`` to resume (see ``opener`` for why not fsspec here)."""
+``Range: bytes=<offset>-`` to resume (see ``opener`` for why not fsspec here).
+
+Invariant: every byte delivered by one read comes from one version of the object. The
+first answer's strong ``ETag`` (else its ``Last-Modified``) is the validator; a resume
+sends it as ``If-Range`` and checks the answer's validator and size against it. Same
+version: a ``206`` continues at ``offset``, a ``200`` (``Range`` ignored) is re-received
+and its first ``offset`` bytes dropped (counted in ``discarded_bytes``). Another version:
+``_Changed``, never retried. Without any validator only the size can be compared."""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from ._resumable import _Missing, _RawBase, _Transient
+from ._resumable import _Changed, _Missing, _RawBase, _Transient
 
 log = logging.getLogger("streambuf")
 
@@ -61,39 +68,70 @@ class _HTTPRaw(_RawBase):
             if status >= 500 or status in (408, 429):
                 raise _Transient(msg) from None
             raise _Missing(msg) from None
-        status = resp.status
-        length = resp.headers.get("Content-Length")
-        if status == 206:
-            cr = resp.headers.get("Content-Range", "")
-            try:
-                unit_range, total = cr.split(" ", 1)[1].split("/")
-                start = int(unit_range.split("-")[0])
-            except (IndexError, ValueError):
-                resp.close()
-                raise _Transient(f"bad Content-Range {cr!r}") from None
-            if start != offset:
-                resp.close()
-                raise _Transient(f"asked for byte {offset}, server answered from byte {start}")
-            if total != "*":
-                self.size = int(total)
-        elif status == 200:
-            if offset and self._validator and self._validator[0] == "etag":
-                resp.close()
-                raise _Missing("the object changed while it was being read (ETag differs)")
-            if length is not None:
-                self.size = int(length)
-            if offset:
-                self._skip_prefix(resp, offset)
-        else:
+        try:
+            self._check_answer(resp, offset)
+        except BaseException:
             resp.close()
-            raise _Transient(f"unexpected HTTP status {status}")
-        if self._validator is None:
+            raise
+        if offset == 0:  # nothing delivered yet: this answer's version is the one we read
             etag = resp.headers.get("ETag")
             if etag and not etag.startswith("W/"):
                 self._validator = ("etag", etag)
             elif resp.headers.get("Last-Modified"):
                 self._validator = ("date", resp.headers["Last-Modified"])
+            else:
+                self._validator = None
         self._resp = resp
+
+    def _check_answer(self, resp: http.client.HTTPResponse, offset: int) -> None:
+        """Check that ``resp`` continues this read at ``offset``; set ``size``.
+
+        ``206``: ``Content-Range`` must start at ``offset``. ``200`` to a resume (a server
+        that ignores ``Range``): the first ``offset`` bytes are received again and dropped.
+        Either way, on a resume the answer must come from the same version of the object
+        as the bytes already delivered (same strong ETag or Last-Modified, same size).
+        """
+        status = resp.status
+        if status == 206:
+            cr = resp.headers.get("Content-Range", "")
+            try:
+                unit_range, total = cr.split(" ", 1)[1].split("/")
+                start = int(unit_range.split("-")[0])
+                size = None if total == "*" else int(total)
+            except (IndexError, ValueError):
+                raise _Transient(f"bad Content-Range {cr!r}") from None
+            if start != offset:
+                raise _Transient(f"asked for byte {offset}, server answered from byte {start}")
+        elif status == 200:
+            length = resp.headers.get("Content-Length")
+            size = int(length) if length is not None and length.isdigit() else None
+        else:
+            raise _Transient(f"unexpected HTTP status {status}")
+        if offset:
+            self._check_same_object(resp, offset, size)
+        if size is not None:
+            self.size = size
+        if status == 200 and offset:
+            self._skip_prefix(resp, offset)
+
+    def _check_same_object(
+        self, resp: http.client.HTTPResponse, offset: int, size: int | None
+    ) -> None:
+        why = None
+        if self._validator is not None:
+            kind, was = self._validator
+            header = "ETag" if kind == "etag" else "Last-Modified"
+            now = resp.headers.get(header)
+            if now is not None and now != was:
+                why = f"{header} {was} became {now}"
+        if why is None and size is not None and self.size is not None and size != self.size:
+            why = f"its size {self.size} became {size}"
+        if why is not None:
+            raise _Changed(
+                f"the object changed while it was being read ({why}), so the read cannot "
+                "resume (the bytes delivered so far are from the old version); publish new "
+                "shards under new names instead of overwriting them while they are read"
+            )
 
     def _skip_prefix(self, resp: http.client.HTTPResponse, offset: int) -> None:
         log.warning(
@@ -102,8 +140,9 @@ class _HTTPRaw(_RawBase):
             offset,
         )
         left = offset
+        self._resp = resp  # read through _timed_read: the progress rule applies here too
         while left:
-            chunk = resp.read(min(left, 1 << 20))
+            chunk = self._timed_read(min(left, 1 << 20))
             if not chunk:
                 raise http.client.IncompleteRead(b"", left)
             left -= len(chunk)

@@ -3,6 +3,15 @@
 ``_RawBase`` is a raw binary stream whose ``readinto`` retries transient failures and
 reconnects at ``offset`` (the bytes delivered so far); subclasses implement
 ``_connect(offset)``, ``_read_some(n)`` and ``_disconnect()``. See ``opener`` for the rules.
+
+Progress rule (every transport): ``timeout_s`` bounds each wait for bytes, so a source
+that sends a byte now and then never times out. So a connection must also deliver at
+least ``min_rate_bps`` bytes per second, measured over each ``rate_window_s`` seconds
+spent *inside* ``_read_some`` (time the consumer spends elsewhere, e.g. blocked on a
+full buffer, does not count, so backpressure never looks like a slow source). A window
+below the rate is a transient fault (``_TooSlow``): the connection is dropped and resumed
+at ``offset``. Slow windows count as consecutive failures until a window meets the rate,
+so a source that stays slow fails after ``retries`` reconnects, naming the rate.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import io
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,15 +67,35 @@ class IOCounters:
             return IOStats(**self._c)
 
 
-class _Missing(Exception):
+class _Fault(Exception):
+    """A failure described by its message alone (messages show no type name)."""
+
+
+class _Missing(_Fault):
     """The object does not exist or access is refused: never retried."""
 
 
-class _Transient(Exception):
+class _Changed(_Fault):
+    """The object changed between two requests of one read: never retried (the bytes
+    delivered so far belong to the old version, so no resume can be correct)."""
+
+
+class _Transient(_Fault):
     """A failure worth retrying (5xx, short body, bad Content-Range)."""
 
 
-_FATAL = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, _Missing)
+class _TooSlow(_Transient):
+    """Bytes flow, but below ``min_rate_bps``: a stalled, trickling or throttled connection."""
+
+
+_FATAL = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    _Missing,
+    _Changed,
+)
 _TRANSIENT = (OSError, http.client.HTTPException, _Transient, TimeoutError, EOFError)
 
 
@@ -98,6 +128,8 @@ class _RawBase(io.RawIOBase):
         semaphore: threading.BoundedSemaphore | None,
         counters: IOCounters | None,
         secrets: tuple[str, ...],
+        min_rate_bps: float | None = None,
+        rate_window_s: float = 10.0,
     ) -> None:
         super().__init__()
         self.url = redact(url, secrets=secrets)
@@ -115,6 +147,10 @@ class _RawBase(io.RawIOBase):
         self._cancel = threading.Event()
         self._connected = False
         self._rng = random.Random()
+        self._min_rate = min_rate_bps or None
+        self._window_s = rate_window_s
+        self._win_bytes, self._win_busy_s = 0, 0.0  # this connection's current window
+        self._slow = 0  # consecutive windows below the rate
 
     # transport hooks
     def _connect(self, offset: int) -> None:
@@ -140,6 +176,7 @@ class _RawBase(io.RawIOBase):
     def _ensure_connected(self) -> None:
         if not self._connected:
             self._counters.add(requests=1)
+            self._win_bytes, self._win_busy_s = 0, 0.0  # a new connection, a new window
             with self._sem or _NULL:
                 self._connect(self.offset)
             self._connected = True
@@ -147,9 +184,30 @@ class _RawBase(io.RawIOBase):
     def _attempt_read(self, n: int) -> bytes:
         self._ensure_connected()
         with self._sem or _NULL:
-            data = self._read_some(n)
+            data = self._timed_read(n)
         if not data and self.size is not None and self.offset < self.size:
             raise http.client.IncompleteRead(b"", self.size - self.offset)
+        return data
+
+    def _timed_read(self, n: int) -> bytes:
+        """``_read_some(n)`` under the progress rule (module docstring): first check the
+        window that is complete, if any, then read and add the time spent to it."""
+        if self._min_rate is not None and self._win_busy_s >= self._window_s:
+            got, spent = self._win_bytes, self._win_busy_s
+            self._win_bytes, self._win_busy_s = 0, 0.0
+            if got >= self._min_rate * spent:
+                self._slow = 0
+            else:
+                self._slow += 1
+                raise _TooSlow(
+                    f"{got} bytes in {spent:.2f} s of reading ({got / spent:.0f} B/s), below "
+                    f"min_rate_bps={self._min_rate:g} (a trickling or stalled source; lower "
+                    "min_rate_bps, or pass None, if it is really this slow)"
+                )
+        t0 = time.monotonic()
+        data = self._read_some(n)
+        self._win_busy_s += time.monotonic() - t0
+        self._win_bytes += len(data)
         return data
 
     def _attempt(self, fn: Any, *, stage: str) -> Any:
@@ -163,7 +221,9 @@ class _RawBase(io.RawIOBase):
                 self._drop()
                 if self._cancel.is_set():
                     raise ShardError("stream aborted", stage=stage, source=self.url) from exc
-                what = f"{type(exc).__name__}: {redact(exc, secrets=self._secrets)}"
+                what = redact(exc, secrets=self._secrets)
+                if not isinstance(exc, _Fault):
+                    what = f"{type(exc).__name__}: {what}"
                 if not _is_transient(exc):
                     if isinstance(exc, ImportError) or not isinstance(exc, Exception):
                         raise
@@ -174,6 +234,8 @@ class _RawBase(io.RawIOBase):
                     )
                     raise ShardError(f"{verb}: {what}", stage=stage, source=self.url) from exc
                 failures += 1
+                if isinstance(exc, _TooSlow):  # slow windows in a row, across reads
+                    failures = max(failures, self._slow)
                 if failures > self._max_retries:
                     raise ShardError(
                         f"gave up at byte offset {self.offset}"

@@ -2,13 +2,18 @@
 
 Three transports, chosen by the URL:
 
-* a local path or ``file://``: plain ``open`` (no retries: local errors are not transient).
+* a local path or ``file://``: plain ``open`` (no retries: local errors are not transient;
+  so a read slower than ``min_rate_bps``, e.g. from a hung network mount, fails at once).
 * ``http://``/``https://``: the standard library (``urllib.request``), one streaming GET
   per connection. Chosen over fsspec's HTTP filesystem because resuming needs control
   fsspec does not give: after a dropped connection, a 5xx or a timeout we send
   ``Range: bytes=<offset>-`` and check that the ``206`` answer's ``Content-Range`` starts
   exactly at ``offset`` (a server that ignores ``Range`` and answers ``200`` is handled by
   discarding the first ``offset`` bytes, logged, so nothing is ever delivered twice).
+  A resume sends ``If-Range`` with the first answer's strong ``ETag`` (else its
+  ``Last-Modified``); an answer from another version of the object (validator or size
+  differs) raises ``ShardError`` stage ``"read"`` at once, "the object changed while it was
+  being read": bytes of two versions are never mixed.
   A body shorter than its ``Content-Length`` is an error (``IncompleteRead``), never a
   silent end. ``user:password@`` in the URL becomes an ``Authorization: Basic`` header;
   proxies and redirects follow urllib's rules (``http_proxy``/``no_proxy``).
@@ -21,7 +26,8 @@ Three transports, chosen by the URL:
 
 Invariants: bytes come out in order, exactly once; ``offset`` counts the bytes delivered
 so far; a retry never restarts from byte 0. Transient errors (5xx, 408, 429, reset or
-dropped connections, timeouts, short bodies) are retried up to ``retries`` times *in a
+dropped connections, timeouts, short bodies, a connection slower than ``min_rate_bps``
+over ``rate_window_s`` of reading: see ``_resumable``) are retried up to ``retries`` times *in a
 row* (the count restarts once bytes flow again) with exponential backoff and jitter. A
 missing object (404/410, ``NoSuchKey``, ``FileNotFoundError``) or a refusal (401/403)
 raises ``ShardError`` at once, stage ``"open"``. Every message is passed through
@@ -31,6 +37,7 @@ raises ``ShardError`` at once, stage ``"open"``. Every message is passed through
 from __future__ import annotations
 
 import io
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -124,6 +131,10 @@ class ShardReader(io.BufferedReader):
         self.raw.abort()
 
 
+def _finite(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def open_stream(
     url: str | os.PathLike[str],
     /,
@@ -136,6 +147,8 @@ def open_stream(
     block_bytes: int | str = 1 << 20,
     max_concurrent_io: threading.BoundedSemaphore | None = None,
     counters: IOCounters | None = None,
+    min_rate_bps: float | None = 1024,
+    rate_window_s: float = 10.0,
 ) -> ShardReader:
     """Open ``url`` for sequential reading with retries that resume at the byte offset.
 
@@ -150,6 +163,16 @@ def open_stream(
         block_bytes: read size (int or "8MiB"); for fsspec URLs, the size of one ranged GET.
         max_concurrent_io: held while a request or a read is in flight (shared by lanes).
         counters: where to count opens, requests, retries and bytes (e.g. shared by lanes).
+        min_rate_bps: the slowest a connection may deliver, in bytes (not bits) per
+            second, measured over each ``rate_window_s`` seconds spent waiting for it
+            (``timeout_s`` alone lets a source that sends a byte now and then hold a lane
+            for hours). A slower window drops the connection and resumes at the offset,
+            counted as a retry; ``retries`` slow windows in a row give up. 0 or None:
+            no rate rule. The default, 1 KiB/s, is a liveness rule, not a performance
+            one: ~100x below a connection of a heavily shared link, and a shard at that
+            rate takes days; a false alarm costs one reconnect.
+        rate_window_s: the window of reading time (> 0) over which the rate is
+            measured: long enough to average out TCP stalls and slow start.
 
     Returns:
         A ``ShardReader`` (a binary ``io.BufferedReader``); close it (or use ``with``).
@@ -157,13 +180,21 @@ def open_stream(
     Raises:
         ShardError: stage ``"open"`` for a missing or forbidden object (no retries) or
             when the first request kept failing; stage ``"read"`` (from ``read``) once
-            retries are exhausted, naming the offset and the last error.
+            retries are exhausted, naming the offset and the last error (for a slow
+            source, the rate observed), or at once when the object changed mid-read.
         ImportError: fsspec/s3fs missing for a remote protocol (names the extra).
     """
     if retries < 0:
         raise ValueError(f"retries={retries!r} must be >= 0")
     if timeout_s <= 0 or backoff_s < 0 or max_backoff_s < 0:
         raise ValueError("timeout_s must be > 0 and backoff_s, max_backoff_s >= 0")
+    if min_rate_bps is not None and not (_finite(min_rate_bps) and min_rate_bps >= 0):
+        raise ValueError(
+            f"min_rate_bps={min_rate_bps!r} must be a number of bytes per second >= 0 "
+            "(0 or None turns the rate rule off)"
+        )
+    if not (_finite(rate_window_s) and rate_window_s > 0):
+        raise ValueError(f"rate_window_s={rate_window_s!r} must be a number of seconds > 0")
     block = parse_bytes(block_bytes, name="block_bytes")
     target = os.fspath(url)
     secrets = secrets_of(storage_options)
@@ -176,6 +207,8 @@ def open_stream(
         semaphore=max_concurrent_io,
         counters=counters,
         secrets=secrets,
+        min_rate_bps=min_rate_bps,
+        rate_window_s=rate_window_s,
     )
     proto = target.split("://", 1)[0].lower() if "://" in target else "file"
     raw: _RawBase

@@ -5,6 +5,23 @@ Its own 512-byte header parser (ustar, GNU long names, pax ``path``/``size``) ra
 taken from the (untrusted) header, before the caller sees anything. Here every size is
 checked before a byte of it is read, and memory is bounded by one sample.
 
+No smuggling: every member yielded is one that ``tarfile`` (and so webdataset) lists for
+the same bytes, with the same name and data (``tests/sources/test_tar_fuzz.py`` checks
+this against ``tarfile``). Names are read as ``tarfile`` reads them (the ustar prefix
+joined in any header but GNU long-name ones, a pax ``path`` without trailing slashes);
+what two tar readers may read differently is refused rather than guessed:
+
+* number fields that are not plain octal (signs, ``_``, ``0o``, non-ASCII; GNU base-256
+  is accepted, negative only where a size is not involved); a pax ``size`` that is not a
+  non-negative decimal integer (``size=-512`` would make a member's data parse as
+  headers);
+* pax records that do not exactly fill their header, non-zero padding after an extended
+  header, two pax or two long-name headers for one member, or both a long name and a
+  pax ``path``; a global pax header setting ``path`` or ``size``; GNU sparse members;
+* a directory, link, device or FIFO entry claiming data bytes (``tarfile`` skips none,
+  POSIX skips them for directories). Solaris ``X`` headers are pax headers, as in
+  ``tarfile``.
+
 Grouping follows webdataset exactly (``webdataset.tariterators``):
 
 * key = member path up to the first dot of its basename, directories kept
@@ -46,6 +63,15 @@ _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META = re.compile(r"__[^/]*__($|/)")
 _MAX_META_BYTES = 1 << 20  # GNU long names and pax records
 _REGULAR = (b"0", b"\0", b"7")
+_EXTENDED = (b"L", b"K", b"x", b"X", b"g")  # GNU long name/link, pax (X: Solaris), global
+_NO_DATA = {b"1": "hard link", b"2": "symlink", b"3": "device", b"4": "device"}
+_NO_DATA |= {b"5": "directory", b"6": "FIFO"}
+_NUMBERS = {"mode": (100, 108), "uid": (108, 116), "gid": (116, 124), "mtime": (136, 148)}
+_NUMBERS |= {"devmajor": (329, 337), "devminor": (337, 345)}
+_OCTAL = re.compile(rb"[0-7]*")
+_PAX_RECORD = re.compile(rb"([0-9]{1,20}) ([^=]+)=")
+_PAX_CHARSET = re.compile(rb"\d+ hdrcharset=([^\n]+)\n")
+_PAX_SIZE = re.compile(r"[0-9]{1,20}")
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 16
 
@@ -143,16 +169,21 @@ class _Input:
                 pass
 
 
-def _number(field: bytes) -> int:
-    if field and field[0] & 0x80:  # GNU base-256 for sizes >= 8 GiB
+def _number(field: bytes, *, what: str, signed: bool = False) -> int:
+    """A header number as ``tarfile`` reads it, but stricter: octal digits padded with
+    spaces/NULs, or GNU base-256 (first byte 0x80; 0xFF for negative, refused unless
+    ``signed``). Signs, underscores, ``0o`` and non-ASCII digits are refused."""
+    if field[:1] in (b"\x80", b"\xff"):
+        n = int.from_bytes(field[1:], "big")
         if field[0] == 0xFF:
-            raise _TarError("negative number in header")
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+            if not signed:
+                raise _TarError(f"negative {what} in header")
+            n -= 256 ** (len(field) - 1)
+        return n
     text = field.split(b"\0", 1)[0].strip(b" ")
-    try:
-        return int(text or b"0", 8)
-    except ValueError:
-        raise _TarError(f"invalid number field {field!r} in header") from None
+    if not _OCTAL.fullmatch(text):
+        raise _TarError(f"invalid {what} field {field!r} in header")
+    return int(text or b"0", 8)
 
 
 def _text(field: bytes) -> str:
@@ -160,25 +191,39 @@ def _text(field: bytes) -> str:
 
 
 def _checksum_ok(hdr: bytes) -> bool:
-    stored = _number(hdr[148:156])
+    stored = _number(hdr[148:156], what="checksum", signed=True)
     unsigned = sum(hdr[:148]) + 8 * 32 + sum(hdr[156:])
-    signed = unsigned - 2 * sum(b for b in hdr[:148] + hdr[156:] if b > 127)
+    signed = unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:])  # as signed chars
     return stored in (unsigned, signed)
 
 
 def _pax(data: bytes) -> dict[str, str]:
+    """Records ``"<length> <key>=<value>\\n"`` that exactly fill ``data``; else an error
+    (``tarfile`` silently stops at the first bad record and keeps the ones before)."""
     out: dict[str, str] = {}
     pos = 0
     while pos < len(data):
-        m = re.match(rb"(\d+) ", data[pos:])
-        if not m or int(m.group(1)) <= 0:
-            raise _TarError("malformed pax header")
-        length = int(m.group(1))
-        record = data[pos + m.end() : pos + length - 1]
-        key, _, value = record.partition(b"=")
-        out[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
-        pos += length
+        m = _PAX_RECORD.match(data, pos)
+        end = pos + int(m.group(1)) if m else 0
+        if m is None or not m.end() < end <= len(data) or data[end - 1] != 0x0A:
+            raise _TarError(f"malformed pax record at byte {pos} of a pax header")
+        key = m.group(2).decode("utf-8", "surrogateescape")
+        out[key] = data[m.end() : end - 1].decode("utf-8", "surrogateescape")
+        pos = end
+    charset = _PAX_CHARSET.search(data)  # tarfile looks for it anywhere, then decodes it
+    if charset is not None and not charset.group(1).isascii():
+        raise _TarError("pax hdrcharset is not ASCII")
     return out
+
+
+def _sparse(key: str) -> bool:
+    return key.startswith("GNU.sparse.")
+
+
+def _pax_size(value: str) -> int:
+    if not _PAX_SIZE.fullmatch(value):
+        raise _TarError(f"pax size {value[:40]!r} is not a non-negative decimal integer")
+    return int(value)
 
 
 def iter_tar_samples(
@@ -212,7 +257,7 @@ def iter_tar_samples(
         sample: dict[str, Any] | None = None
         sample_bytes = 0
         long_name: str | None = None
-        pax: dict[str, str] = {}
+        pax: dict[str, str] | None = None
         while True:
             hdr = inp.read(_BLOCK)
             if not hdr:
@@ -224,29 +269,56 @@ def iter_tar_samples(
             if not _checksum_ok(hdr):
                 raise _TarError(f"bad header checksum at byte {inp.pos - _BLOCK}")
             kind = hdr[156:157]
-            size = _number(hdr[124:136])
-            name = _text(hdr[0:100])
-            if hdr[257:263] == b"ustar\x00" and hdr[345] != 0:
-                name = _text(hdr[345:500]) + "/" + name
-            if long_name is not None:
-                name, long_name = long_name, None
-            if "path" in pax:
-                name = pax["path"]
-            if "size" in pax:
-                size = int(pax["size"])
-            pax = {}
+            raw_name, prefix = _text(hdr[0:100]), _text(hdr[345:500])
+            name = f"{prefix}/{raw_name}" if prefix and kind not in (b"L", b"K") else raw_name
             member = name
-            padded = -size % _BLOCK
-            if kind in (b"L", b"K", b"x", b"g"):
+            size = _number(hdr[124:136], what="size")
+            for what, (a, b) in _NUMBERS.items():  # tarfile stops at a header it cannot read
+                _number(hdr[a:b], what=what, signed=True)
+            if kind in _EXTENDED:
                 if size > _MAX_META_BYTES:
                     raise _TarError(f"extended header of {size} bytes (limit {_MAX_META_BYTES})")
-                data = inp.read(size)
-                if len(data) < size or inp.skip(padded) < padded:
+                data, pad = inp.read(size), inp.read(-size % _BLOCK)
+                if len(data) < size or len(pad) < -size % _BLOCK:
                     raise _TarError("truncated extended header")
+                if pad.strip(b"\0"):  # tarfile parses the padding too; others do not
+                    raise _TarError("non-zero padding after an extended header")
                 if kind == b"L":
+                    if long_name is not None:
+                        raise _TarError("two GNU long-name headers for one member")
                     long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                elif kind == b"x":
+                elif kind in (b"x", b"X"):
+                    if pax is not None:
+                        raise _TarError("two pax headers for one member")
                     pax = _pax(data)
+                elif kind == b"g":
+                    bad = [k for k in _pax(data) if k in ("path", "size") or _sparse(k)]
+                    if bad:
+                        raise _TarError(
+                            f"a global pax header sets {bad[0]!r}, which tar readers apply "
+                            "to later members differently"
+                        )
+                continue
+            pax = pax or {}
+            if long_name is not None and "path" in pax:
+                raise _TarError("both a GNU long name and a pax path for one member")
+            if "path" in pax:
+                name = pax["path"].rstrip("/")
+            elif long_name is not None:
+                name = long_name
+            member = name
+            if kind == b"S" or any(_sparse(k) for k in pax):
+                raise _TarError("GNU sparse members are not supported")
+            if "size" in pax:
+                size = _pax_size(pax["size"])
+            long_name, pax = None, None
+            padded = -size % _BLOCK
+            if kind in _NO_DATA or (kind == b"\0" and raw_name.endswith("/")):
+                if size:  # tarfile skips no data for these types, POSIX does for directories
+                    raise _TarError(
+                        f"a {_NO_DATA.get(kind, 'directory')} entry claims {size} data bytes; "
+                        "tar readers disagree on whether they follow"
+                    )
                 continue
             if size > max_member_bytes:
                 raise _TarError(

@@ -242,10 +242,21 @@ class _TimeSampler:
             if end <= begin:
                 raise ValueError(f"sampling_range_end={end} must be > {begin}")
         if start >= end:
+            n, span = self.num_frames_per_clip, (self.num_frames_per_clip - 1) * between
+            video = (
+                f"video {info.source!r} lasts {end_stream - begin:.3f} s "
+                f"({info.num_frames} frames, [{begin:.3f}, {end_stream:.3f}) s)"
+            )
+            if self.sampling_range_end is not None:
+                raise ValueError(
+                    f"sampling_range_start={start} must be smaller than sampling_range_end="
+                    f"{end}; the {video}"
+                )
             raise ValueError(
-                f"sampling_range_start ({start}) must be smaller than sampling_range_end "
-                f"({end}); the video ({end_stream - begin:.3f} s) may be too short for "
-                f"{self.num_frames_per_clip} frames {between:.4f} s apart"
+                f"the {video}: too short for a clip of {n} frames {between:.4f} s apart "
+                f"(span {span:.3f} s) starting at or after {start:.3f} s; use a smaller "
+                "num_frames_per_clip or seconds_between_frames, pass sampling_range_end= to "
+                "let clips run past the end (completed by policy), or leave such videos out"
             )
         return start, min(end, end_stream)
 

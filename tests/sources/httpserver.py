@@ -13,6 +13,11 @@ server) so the same faults apply to S3 traffic. Faults are set per path (``"*"``
 * ``bandwidth_bps``: every connection is paced to this many bytes per second.
 * ``ignore_range``: answer ``200`` with the whole file, whatever ``Range`` says.
 
+Like real servers, file answers carry ``Last-Modified`` and a strong ``ETag`` derived from
+the file's size and mtime (nginx's rule), and ``If-Range`` is honoured (RFC 9110 13.1.5):
+a ranged request whose validator no longer matches gets ``200`` and the whole new file
+(``ignore_if_range``: answer the ``Range`` anyway, like servers that lack ``If-Range``).
+
 Files are memory-mapped, not read into the heap (memory tests measure the whole system).
 ``log`` records every request: method, path, the start of its Range (or None), the
 status, and the body bytes actually sent.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import http.client
 import mmap
+import os
 import re
 import socket
 import threading
@@ -59,6 +65,7 @@ class FaultyServer:
         self.trickle: tuple[int, float] | None = None
         self.bandwidth_bps: float | None = None
         self.ignore_range = False  # answer 200 with the whole body, like some servers do
+        self.ignore_if_range = False  # serve Range even when If-Range no longer matches
         self.log: list[Record] = []
         self._lock = threading.Lock()
         self._fail: dict[str, list[int]] = defaultdict(list)
@@ -134,13 +141,15 @@ class FaultyServer:
         self.stop()
 
 
-def _map(file: Path) -> memoryview:
-    """The file's bytes without copying them into this process's heap: served from the
-    page cache, so a memory measurement of the system does not count the server."""
+def _map(file: Path) -> tuple[memoryview, os.stat_result]:
+    """The file's bytes without copying them into this process's heap (served from the
+    page cache, so a memory measurement of the system does not count the server), and the
+    ``stat`` of that same open file (its validators describe exactly these bytes)."""
     with open(file, "rb") as f:
-        if f.seek(0, 2) == 0:
-            return memoryview(b"")
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        st = os.fstat(f.fileno())
+        if st.st_size == 0:
+            return memoryview(b""), st
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)), st
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -199,8 +208,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(404, range_start)
             self.send_error(404, "File not found")
             return
-        data = _map(file)
+        data, st = _map(file)
         size = len(data)
+        etag = f'"{st.st_mtime_ns:x}-{size:x}"'
+        last_modified = self.date_time_string(int(st.st_mtime))
+        if_range = self.headers.get("If-Range")
+        stale = if_range is not None and if_range not in (etag, last_modified)
+        if rng is not None and stale and not srv.ignore_if_range:
+            rng = None  # the client's copy is stale: send the whole current file
         start, end = 0, size - 1
         status = 200
         if rng is not None:
@@ -224,7 +239,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/x-tar")
         self.send_header("Content-Length", str(end - start + 1))
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Last-Modified", self.date_time_string(int(file.stat().st_mtime)))
+        self.send_header("Last-Modified", last_modified)
+        self.send_header("ETag", etag)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.end_headers()

@@ -126,3 +126,133 @@ def test_decoder_pickles() -> None:
     d = Decoder({"txt": dec_mod.decode_text})
     d2 = pickle.loads(pickle.dumps(d))
     assert d2({"txt": b"x"}) == {"txt": "x"}
+
+
+def png_bytes(width: int, height: int, mode: str = "RGB") -> bytes:
+    image = pytest.importorskip("PIL.Image")
+    buf = io.BytesIO()
+    image.new(mode, (width, height)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def header_only_png(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width x height`` but whose pixel data is one empty
+    chunk: decoding it fails, reading its header does not."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"") + chunk(b"IEND", b"")
+
+
+BAD = {"__key__": "s0/bad", "__url__": "http://u:pw@h/x.tar", "json": b"{nope"}
+GOOD = {"__key__": "s0/good", "__url__": "http://h/x.tar", "json": b"{}", "cls": b"3"}
+
+
+def test_skip_skips_whole_sample_counts_and_logs(caplog: pytest.LogCaptureFixture) -> None:
+    d = Decoder(on_error="skip")
+    assert d(BAD) is dec_mod.SKIPPED and not dec_mod.not_skipped(d(BAD))
+    out = d(GOOD)
+    assert out == {"__key__": "s0/good", "__url__": "http://h/x.tar", "json": {}, "cls": 3}
+    assert dec_mod.not_skipped(out) and d.skipped == 2
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "s0/bad" in warnings[0].getMessage()
+    assert "'json'" in warnings[0].getMessage() and "pw" not in caplog.text
+
+
+def test_skip_max_failures() -> None:
+    from streambuf.errors import TooManyFailures
+
+    d = Decoder(on_error="skip", max_failures=1)
+    assert d(BAD) is dec_mod.SKIPPED
+    with pytest.raises(TooManyFailures, match="max_failures=1"):
+        d(BAD)
+
+
+def test_raise_is_the_default_and_unchanged() -> None:
+    with pytest.raises(ShardError) as info:
+        Decoder()(BAD)
+    assert info.value.stage == "decode" and info.value.source == "http://***@h/x.tar"
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+
+
+def test_skip_decoder_pickles_with_fresh_counts() -> None:
+    d = Decoder(on_error="skip", max_failures=3)
+    d(BAD)
+    d2 = pickle.loads(pickle.dumps(d))
+    assert d2.skipped == 0 and d2(BAD) is dec_mod.SKIPPED
+    assert pickle.loads(pickle.dumps(dec_mod.SKIPPED)) is dec_mod.SKIPPED
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"on_error": "ignore"},
+        {"max_failures": -1},
+        {"max_decoded_bytes": 0},
+        {"max_decoded_bytes": "lots"},
+    ],
+)
+def test_decoder_options_validated(kw: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        Decoder(**kw)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pipeline_decode_skip_drops_bad_samples(threads: int) -> None:
+    from streambuf import Pipeline
+
+    samples = [
+        dict(GOOD, __key__=f"k{i}") if i % 3 else dict(BAD, __key__=f"k{i}") for i in range(9)
+    ]
+    pipe = Pipeline(samples).decode(on_error="skip", max_failures=5, threads=threads)
+    assert [s["__key__"] for s in pipe] == ["k1", "k2", "k4", "k5", "k7", "k8"]
+    with pytest.raises(ShardError, match="'k0'"):
+        list(Pipeline(samples).decode())
+
+
+def test_pipeline_decode_defaults_match_decoder() -> None:
+    import inspect
+
+    from streambuf import Pipeline
+
+    pipe = inspect.signature(Pipeline.decode).parameters
+    dec = inspect.signature(Decoder).parameters
+    for name in ("on_error", "max_failures", "max_decoded_bytes"):
+        assert pipe[name].default == dec[name].default
+    assert Decoder().max_decoded_bytes == 256 << 20
+
+
+def test_image_over_max_decoded_bytes_refused() -> None:
+    sample = {"__key__": "s1/img", "__url__": "http://h/x.tar", "png": png_bytes(200, 100)}
+    d = Decoder(max_decoded_bytes=200 * 100 * 3 - 1)
+    with pytest.raises(ShardError) as info:
+        d(sample)
+    msg = str(info.value)
+    assert info.value.stage == "decode" and info.value.source == "http://h/x.tar"
+    assert "'png'" in msg and "s1/img" in msg and "200x100" in msg
+    assert "max_decoded_bytes=59999" in msg and "raise max_decoded_bytes" in msg
+    assert Decoder(max_decoded_bytes=200 * 100 * 3)(sample)["png"].shape == (100, 200, 3)
+    assert Decoder(max_decoded_bytes=None)(sample)["png"].shape == (100, 200, 3)
+    rgba = {"png": png_bytes(200, 100, "RGBA")}  # 4 channels decoded before conversion
+    with pytest.raises(ShardError, match="80000 bytes"):
+        Decoder(max_decoded_bytes="60000")(rgba)
+
+
+def test_max_decoded_bytes_checked_from_the_header_before_decoding() -> None:
+    pytest.importorskip("PIL.Image")
+    sample = {"__key__": "k", "png": header_only_png(3000, 3000)}
+    with pytest.raises(ShardError, match="3000x3000 image decodes to 27000000 bytes"):
+        Decoder(max_decoded_bytes="16MiB")(sample)
+    with pytest.raises(ShardError) as info:  # within the limit: decoding is attempted
+        Decoder()(sample)
+    assert "max_decoded_bytes" not in str(info.value)
+
+
+def test_max_decoded_bytes_skippable() -> None:
+    d = Decoder(on_error="skip", max_decoded_bytes=10)
+    assert d({"__key__": "k", "png": png_bytes(4, 4)}) is dec_mod.SKIPPED and d.skipped == 1

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -121,13 +123,46 @@ def test_retries_exhausted(http_server: FaultyServer) -> None:
 
 
 def test_server_ignoring_range_is_handled(http_server: FaultyServer, shard_dir: Path) -> None:
+    """A 200 answer to a resume with the same strong ETag is the same object: the bytes
+    already delivered are received again and discarded, never delivered twice."""
     http_server.ignore_range = True
     http_server.drop(f"/{NAME}", after_bytes=5000)
     counters = IOCounters()
     with open_stream(http_server.url(NAME), counters=counters, **FAST) as f:
         assert f.read() == (shard_dir / NAME).read_bytes()
+        assert f.retries == 1
     assert counters.snapshot().discarded_bytes == 5000
-    assert [r.status for r in http_server.records()] == [200, 200]
+    recs = http_server.records()
+    assert [r.status for r in recs] == [200, 200]
+    assert recs[1].range_start == 5000
+    etag = recs[1].headers.get("If-Range", "")
+    assert etag.startswith('"') and not etag.startswith("W/")  # a strong ETag was served
+
+
+@pytest.mark.parametrize("server", ["if_range", "ignore_range", "ignore_if_range"])
+def test_object_replaced_during_read_is_refused(
+    http_server: FaultyServer, shard_dir: Path, server: str
+) -> None:
+    """The shard is replaced between the first GET and the resume: the server answers 200
+    with a new ETag (If-Range no longer matches, or Range is ignored), or 206 with a new
+    ETag (a server without If-Range). Mixing the two versions would corrupt the shard, so
+    it is a ShardError naming the URL, not retried."""
+    http_server.ignore_range = server == "ignore_range"
+    http_server.ignore_if_range = server == "ignore_if_range"
+    http_server.drop(f"/{NAME}", after_bytes=5000)
+    path = shard_dir / NAME
+    f = open_stream(http_server.url(NAME), **FAST)
+    new = path.with_suffix(".new")
+    new.write_bytes(path.read_bytes()[::-1])  # same size, other bytes
+    os.utime(new, ns=(path.stat().st_mtime_ns + 10**9,) * 2)
+    os.replace(new, path)
+    with pytest.raises(ShardError) as info:
+        f.read()
+    f.close()
+    msg = str(info.value)
+    assert info.value.stage == "read" and http_server.url(NAME) in msg
+    assert "changed while it was being read" in msg and "ETag" in msg
+    assert len(http_server.records()) == 2  # no retries after the change was seen
 
 
 def test_credentials_never_shown(
@@ -206,3 +241,85 @@ def test_abort_unblocks_a_stalled_read(http_server: FaultyServer) -> None:
         f.read()
     assert time.monotonic() - t0 < 2
     f.close()
+
+
+SLOW = dict(min_rate_bps=4096, rate_window_s=0.5, backoff_s=0.01, max_backoff_s=0.05)
+
+
+def test_trickle_below_min_rate_is_dropped_and_resumed(
+    http_server: FaultyServer, shard_dir: Path
+) -> None:
+    """A connection that delivers bytes, but fewer than min_rate_bps over rate_window_s of
+    reading, is a transient fault: dropped, counted as a retry, resumed at the offset."""
+    size = (shard_dir / NAME).stat().st_size
+    http_server.trickle = (64, 0.05)  # ~1.3 KB/s: never silent for timeout_s
+    counters = IOCounters()
+    with open_stream(http_server.url(NAME), counters=counters, timeout_s=5, **SLOW) as f:
+        head = f.read(64)  # the first chunk comes at once: no window is complete yet
+        http_server.trickle = None  # the next connection is fast; this one keeps trickling
+        data = head + f.read()
+        assert f.retries == 1
+    assert data == (shard_dir / NAME).read_bytes()
+    recs = http_server.records(f"/{NAME}")
+    assert [r.status for r in recs] == [200, 206]
+    assert recs[0].range_start is None and 64 <= recs[1].range_start < size  # type: ignore[operator]
+    assert counters.snapshot().retries == 1
+
+
+def test_trickle_gives_up_naming_url_offset_and_rate(http_server: FaultyServer) -> None:
+    http_server.trickle = (16, 0.05)
+    t0 = time.monotonic()
+    f = open_stream(http_server.url(NAME), retries=2, timeout_s=5, **SLOW)
+    with pytest.raises(ShardError) as info:
+        f.read()
+    f.close()
+    msg = str(info.value)
+    assert info.value.stage == "read" and http_server.url(NAME) in msg
+    assert re.search(r"gave up at byte offset [1-9]\d*", msg)
+    assert re.search(r"\d+ B/s", msg) and "min_rate_bps=4096" in msg
+    starts = [r.range_start for r in http_server.records(f"/{NAME}")]
+    assert len(starts) == 3 and starts[0] is None  # the first GET and 2 retries
+    assert 0 < starts[1] < starts[2]  # type: ignore[operator]  # each resumed, never from 0
+    assert time.monotonic() - t0 < 20  # 3 windows of 0.5 s; generous for a loaded machine
+
+
+def test_a_slow_consumer_is_not_a_slow_connection(
+    http_server: FaultyServer, shard_dir: Path
+) -> None:
+    """Only time spent waiting for the transport counts: a reader that pauses between
+    reads (backpressure) does not make a fast connection look slow."""
+    with open_stream(
+        http_server.url(NAME), block_bytes=4096, min_rate_bps=10**6, rate_window_s=0.2
+    ) as f:
+        chunks = []
+        while chunk := f.read(8192):
+            chunks.append(chunk)
+            time.sleep(0.02)
+        assert f.retries == 0
+    assert b"".join(chunks) == (shard_dir / NAME).read_bytes()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"min_rate_bps": -1},
+        {"min_rate_bps": float("nan")},
+        {"min_rate_bps": float("inf")},
+        {"min_rate_bps": "1KiB"},
+        {"rate_window_s": 0},
+        {"rate_window_s": float("inf")},
+        {"rate_window_s": None},
+    ],
+)
+def test_rate_options_validated(shard_dir: Path, kw: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        open_stream(shard_dir / NAME, **kw)
+
+
+@pytest.mark.parametrize("off", [None, 0])
+def test_min_rate_can_be_disabled(
+    http_server: FaultyServer, shard_dir: Path, off: int | None
+) -> None:
+    http_server.trickle = (4096, 0.05)
+    with open_stream(http_server.url(NAME), min_rate_bps=off, rate_window_s=0.1) as f:
+        assert f.read() == (shard_dir / NAME).read_bytes() and f.retries == 0

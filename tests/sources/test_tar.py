@@ -199,3 +199,157 @@ def test_gzip_bomb_bounded_by_max_shard_bytes() -> None:
 def test_empty_stream() -> None:
     with pytest.raises(ShardError, match="end-of-archive"):
         read_all(b"")
+
+
+# -- parser disagreements (tar smuggling): what tarfile and webdataset see is what we yield
+
+
+def pax_record(key: str, value: str) -> bytes:
+    body = f" {key}={value}\n".encode()
+    n = len(body) + 1
+    while len(str(n)) + len(body) != n:
+        n += 1
+    return f"{n}".encode() + body
+
+
+def ext_header(kind: bytes, payload: bytes, pad: bytes = b"\0") -> bytes:
+    """A pax (``x``/``X``/``g``) or GNU long-name (``L``) header and its padded payload."""
+    ti = tarfile.TarInfo("././@PaxHeader")
+    ti.type, ti.size = kind, len(payload)
+    return ti.tobuf(format=tarfile.USTAR_FORMAT) + payload + (pad * 512)[: -len(payload) % 512]
+
+
+def header_with(member: bytes, start: int, value: bytes) -> bytes:
+    """``member``'s first header block with bytes ``start..`` replaced, checksum recomputed."""
+    block = bytearray(member[:512])
+    block[start : start + len(value)] = value
+    block[148:156] = b"%06o\0 " % (256 + sum(block[:148]) + sum(block[156:]))
+    return bytes(block) + member[512:]
+
+
+def hidden_member() -> bytes:
+    """The header and data of ``hidden.txt`` (no end marker): a hidden sample if a reader
+    takes them for members instead of data."""
+    return tar_bytes([("hidden.txt", b"smuggled")])[:1024]
+
+
+def members_of(data: bytes) -> list[str]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return [m.name for m in tf.getmembers() if m.isreg()]
+
+
+@pytest.mark.parametrize(
+    "value", ["-512", "-1", "+5", " 5", "5 ", "1_0", "1.5", "0x10", "\u0665", "", "abc"]
+)
+def test_malformed_pax_size_is_refused(value: str) -> None:
+    """A pax ``size`` must be a non-negative decimal integer. ``size=-512`` made the parser
+    read the member's data as headers: a sample that tarfile and webdataset never see."""
+    inner = hidden_member()
+    data = (
+        ext_header(b"x", pax_record("size", value))
+        + tar_bytes([("a.bin", inner)])[:-1024]
+        + bytes(1024)
+    )
+    got: list[str] = []
+    with pytest.raises(ShardError) as info:
+        got += [s["__key__"] for s in iter_tar_samples(io.BytesIO(data), url="http://h/x.tar")]
+    assert got == []
+    err = info.value
+    assert err.stage == "tar" and "'a.bin'" in str(err) and "http://h/x.tar" in str(err)
+    assert "pax size" in str(err) and "non-negative decimal integer" in str(err)
+
+
+@pytest.mark.parametrize("field", [b"-0000001000", b"+0000001000", b"0o000001000", b"1_000\0"])
+def test_malformed_octal_size_is_refused(field: bytes) -> None:
+    data = header_with(tar_bytes([("a.bin", hidden_member())]), 124, field.ljust(12, b"\0"))
+    with pytest.raises(ShardError, match=r"invalid size field .*'a\.bin'"):
+        read_all(data)
+
+
+def _dir_with_size() -> bytes:
+    d = tarfile.TarInfo("dir")
+    d.type = tarfile.DIRTYPE
+    block = header_with(d.tobuf(format=tarfile.USTAR_FORMAT), 124, b"%011o\0" % 1024)
+    return block + hidden_member() + tar_bytes([("k.txt", b"after")])
+
+
+def _long_name_and_pax_path() -> bytes:
+    return (
+        ext_header(b"L", b"one.txt\0")
+        + ext_header(b"x", pax_record("path", "two.txt"))
+        + tar_bytes([("k.txt", b"x")])
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        # tarfile skips no data after a directory entry whatever its size: it would list
+        # hidden.txt, which we would have skipped as the directory's data
+        (_dir_with_size(), "claims 1024 data bytes"),
+        # a mode field tarfile cannot parse (it stops listing there, silently)
+        (header_with(tar_bytes([("k.txt", b"x")]), 100, b"\x81abc"), "invalid mode field"),
+        # Solaris pax header: tarfile applies its size to the next member, as for "x"
+        (ext_header(b"X", pax_record("size", "-512")) + tar_bytes([("a.bin", b"x")]), "pax size"),
+        # a global header's path/size: tarfile applies it to later members
+        (ext_header(b"g", pax_record("path", "evil.txt")) + tar_bytes([("k.txt", b"x")]), "global"),
+        # two names for one member: tarfile and GNU tar pick different ones
+        (_long_name_and_pax_path(), "both a GNU long name and a pax path"),
+        # junk after a long name: tarfile reads the name up to the first NUL of the block
+        (ext_header(b"L", b"ab.tx", pad=b"t") + tar_bytes([("k.txt", b"x")]), "padding"),
+        # a pax record that does not end where its length says
+        (ext_header(b"x", b"20 path=hidden.txt\n") + tar_bytes([("k.txt", b"x")]), "pax record"),
+        (
+            ext_header(b"x", pax_record("GNU.sparse.name", "s.txt")) + tar_bytes([("k.txt", b"")]),
+            "sparse",
+        ),
+    ],
+    ids=["dir-size", "mode", "X-size", "g-path", "L+path", "L-padding", "pax-record", "sparse"],
+)
+def test_headers_that_tar_readers_read_differently_are_refused(data: bytes, match: str) -> None:
+    with pytest.raises(ShardError, match=match) as info:
+        read_all(data)
+    assert info.value.stage == "tar"
+
+
+def test_ustar_prefix_is_read_as_tarfile_reads_it() -> None:
+    """tarfile joins the prefix field to the name in any header but GNU long-name ones."""
+    data = header_with(tar_bytes([("k.txt", b"x")], fmt=tarfile.GNU_FORMAT), 345, b"pre\0")
+    assert members_of(data) == ["pre/k.txt"]
+    assert [s["__key__"] for s in read_all(data)] == ["pre/k"]
+
+
+def test_pax_path_trailing_slash_is_stripped_as_tarfile_does() -> None:
+    data = ext_header(b"x", pax_record("path", "k.txt/")) + tar_bytes([("z.bin", b"x")])
+    assert members_of(data) == ["k.txt"]
+    assert [(s["__key__"], sorted(s)) for s in read_all(data)] == [
+        ("k", ["__key__", "__url__", "txt"])
+    ]
+
+
+def test_git_archive_global_comment_is_accepted() -> None:
+    data = ext_header(b"g", pax_record("comment", "0" * 40)) + tar_bytes([("k.txt", b"x")])
+    assert [s["txt"] for s in read_all(data)] == [b"x"]
+
+
+def _with_checksum(member: bytes, value: int) -> bytes:
+    block = bytearray(member[:512])
+    block[148:156] = b"%06o\0 " % value
+    return bytes(block) + member[512:]
+
+
+def test_signed_checksum_is_tarfiles() -> None:
+    """Old tars summed header bytes as signed chars: each byte > 127 counts 256 less.
+    Accept exactly that (as tarfile does), not another sum tarfile would refuse."""
+    data = tar_bytes([("\u00e9t\u00e9.txt", b"x")])  # UTF-8 name: bytes > 127
+    block = data[:512]
+    high = [b for b in block[:148] + block[156:] if b > 127]
+    unsigned = 256 + sum(block[:148]) + sum(block[156:])
+    good = _with_checksum(data, unsigned - 256 * len(high))
+    assert members_of(good) == ["\u00e9t\u00e9.txt"]
+    assert [s["__key__"] for s in read_all(good)] == ["\u00e9t\u00e9"]
+    bad = _with_checksum(data, unsigned - 2 * sum(high))
+    with pytest.raises(tarfile.ReadError):
+        members_of(bad)
+    with pytest.raises(ShardError, match="checksum"):
+        read_all(bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 from fractions import Fraction
@@ -205,3 +206,28 @@ def test_windows_cover_every_frame() -> None:
 def test_bad_arguments_fail_at_construction(make) -> None:
     with pytest.raises(ValueError, match="must"):
         make()
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        clips_at_random_timestamps(num_frames_per_clip=8),
+        clips_at_regular_timestamps(seconds_between_clip_starts=0.1, num_frames_per_clip=8),
+    ],
+    ids=["random", "regular"],
+)
+def test_too_short_video_names_its_length_the_span_and_the_fix(sampler, writers, tmp_path) -> None:
+    """A real 5-frame video (0.208 s at 24 fps) cannot hold a clip of 8 frames 1/24 s
+    apart (0.292 s): the error says so, not 'sampling_range_end (-0.083)'."""
+    from streambuf.video import probe
+
+    write_video, _, specs = writers
+    spec = dataclasses.replace(specs["mpeg4"], name="short", num_frames=5)
+    path = write_video(tmp_path / "short.mp4", spec)
+    with pytest.raises(ValueError) as info:
+        sampler.sample(probe(path), rng())
+    msg = str(info.value)
+    assert str(path) in msg and "0.208 s" in msg and "5 frames" in msg
+    assert "8 frames 0.0417 s apart" in msg and "span 0.292 s" in msg
+    assert "num_frames_per_clip" in msg and "sampling_range_end=" in msg  # the fixes
+    assert "-0.0" not in msg
