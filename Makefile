@@ -1,6 +1,7 @@
 # Two entry points (the README's quick start):
 #   make bench   set up a venv and run the main benchmark on data it generates itself
-#   make test    set up a venv and run lint, types and the test suite
+#   make test    set up a venv and run lint, types, the test suite and the planted-bug
+#                checks (make mutants: every planted bug must make a test fail)
 #
 # torch is pinned to the CPU wheel found locally by pip (2.13.0+cpu); a bare `torch`
 # requirement on a fresh machine can pull a multi-GB CUDA build. Override with
@@ -12,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH ?= latency --quick
 
-.PHONY: setup bench test lint types pytest clean
+.PHONY: setup bench test lint types pytest mutants clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +36,10 @@ types: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-test: lint types pytest
+mutants: $(STAMP)
+	$(PY) tests/mutants.py
+
+test: lint types pytest mutants
 
 clean:
 	rm -rf $(VENV) bench-results .mypy_cache .ruff_cache

@@ -219,3 +219,33 @@ def test_sharded_put_errors():
     buf.finish(0)
     with pytest.raises(BufferClosed, match="lane 0"):
         buf.put(0, "x")
+
+
+@pytest.mark.parametrize("order", ["round_robin", "first_ready"])
+def test_bounds_are_exact_not_one_over(order):
+    """Exactly the bound fits and one more item (or one more byte) waits: per lane when
+    sharded (round robin), for the pool when first_ready."""
+    buf = ShardedBuffer(lanes=2, max_items=4, max_bytes=400, order=order, sizeof=len)
+    slots = 2 if order == "round_robin" else 4
+    for _ in range(slots):
+        buf.put(0, b"x", timeout_s=1)
+    with pytest.raises(TimeoutError):
+        buf.put(0, b"x", timeout_s=0.05)  # one item over the count bound
+    byte_buf = ShardedBuffer(lanes=2, max_items=8, max_bytes=400, order=order, sizeof=len)
+    room = 200 if order == "round_robin" else 400
+    byte_buf.put(0, b"x" * (room - 1), timeout_s=1)
+    byte_buf.put(0, b"x", timeout_s=1)  # exactly at the bound
+    with pytest.raises(TimeoutError):
+        byte_buf.put(0, b"x", timeout_s=0.05)  # one byte over
+
+
+def test_bounded_buffer_bounds_are_exact():
+    buf = BoundedBuffer(max_items=3, max_bytes=30, sizeof=len)
+    for _ in range(3):
+        buf.put(b"x", timeout_s=1)
+    with pytest.raises(TimeoutError):
+        buf.put(b"x", timeout_s=0.05)
+    buf2 = BoundedBuffer(max_items=5, max_bytes=30, sizeof=len)
+    buf2.put(b"x" * 30, timeout_s=1)
+    with pytest.raises(TimeoutError):
+        buf2.put(b"x", timeout_s=0.05)

@@ -41,26 +41,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rank_main(rank: int, world: int, port: int, equalize, out) -> None:
+def _rank_main(rank: int, world: int, port: int, equalize, out, early=False) -> None:
     try:
-        _rank_body(rank, world, port, equalize, out)
+        _rank_body(rank, world, port, equalize, out, early)
     except BaseException as exc:  # report instead of leaving the parent waiting
         out.put((rank, repr(exc), -1, []))
         raise
 
 
-def _rank_body(rank: int, world: int, port: int, equalize, out) -> None:
+def _rank_body(rank: int, world: int, port: int, equalize, out, early: bool) -> None:
     import torch
     import torch.distributed as dist
 
     from streambuf import Loader
 
+    if early:  # built before the process group exists: must still shard per rank
+        pipe = make_pipe(equalize)
+        loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=60)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
-        pipe = make_pipe(equalize)
-        loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=60)
+        if not early:
+            pipe = make_pipe(equalize)
+            loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=60)
         ids, steps = [], 0
         for batch in loader:
             ids.append([int(x) for x in batch])
@@ -74,11 +78,13 @@ def _rank_body(rank: int, world: int, port: int, equalize, out) -> None:
         dist.destroy_process_group()
 
 
-def run_ranks(equalize):
+def run_ranks(equalize, early=False):
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, equalize, out)) for r in range(2)]
+    procs = [
+        ctx.Process(target=_rank_main, args=(r, 2, port, equalize, out, early)) for r in range(2)
+    ]
     for p in procs:
         p.start()
     results = sorted(out.get(timeout=120) for _ in procs)
@@ -104,3 +110,14 @@ def test_two_ranks_equal_counts_and_exact_data(equalize):
         assert set(ids) == set(all_samples(7))
     else:
         assert len(ids) == len(set(ids)) and set(ids) <= set(all_samples(7))
+
+
+def test_loader_built_before_init_process_group_shards_per_rank():
+    """The Loader (and its Pipeline) built before init_process_group: rank and world size
+    are read when the iteration starts, so each rank reads only its share."""
+    results = run_ranks("pad", early=True)
+    for rank, batches, _, _ in results:
+        assert batches == reference("pad", rank), rank
+    ids = [x for _, batches, _, _ in results for b in batches for x in b]
+    assert set(ids) == set(all_samples(7))
+    assert len(ids) < 2 * len(all_samples(7))  # not every rank reading everything

@@ -203,3 +203,22 @@ def test_spawn_workers_exactly_once_and_epochs(persistent):
     )
     fork.set_epoch(1)
     assert [x for b in fork for x in ids_of(b)] == orders[1]  # same order under fork and spawn
+
+
+def test_loader_does_not_modify_its_pipeline():
+    import copy
+
+    pipe = make_pipe(6, shuffle=True).map(sleepy, threads=2)
+    before = {k: copy.copy(v) for k, v in pipe.__dict__.items() if k != "_epoch"}
+    loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB")
+    loader.set_epoch(3)
+    assert sorted(x for b in loader for x in ids_of(b)) == sorted(all_samples(6))
+    after = {k: v for k, v in pipe.__dict__.items() if k != "_epoch"}
+    assert after.keys() == before.keys()
+    assert all(after[k] == before[k] for k in before), "the Loader changed its pipeline"
+    assert pipe.epoch == 0 and pipe.rank_world == (0, 1)
+    # a second Loader on the same pipeline, in another world, is not affected by the first
+    other = Loader(
+        make_pipe(6, shuffle=True, rank=1, world=2), num_workers=0, max_batches=1, max_bytes="1MiB"
+    )
+    assert len([b for b in other]) < len([b for b in loader])

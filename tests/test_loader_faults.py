@@ -117,3 +117,56 @@ def test_sigint_to_main_process_exits_cleanly(tmp_path):
         time.sleep(0.05)
     assert all(_gone(p) for p in pids), "a worker outlived the main process"
     assert time.monotonic() - t0 < 15
+
+
+def _proc_ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+@pytest.mark.parametrize("mp_context", ["fork", "spawn"])
+def test_workers_exit_when_the_main_process_is_killed(tmp_path, mp_context):
+    """SIGKILL the main process (OOM killer, preemption) while its 2 workers are blocked:
+    one on credits (a consumer that stopped taking batches), the other with lane threads
+    busy in a threaded map. Every worker must be gone within 10 s."""
+    script = tmp_path / "orphan.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, time
+            sys.path.insert(0, {str(ROOT)!r})
+            from streambuf import Loader, Pipeline
+            from tests.pipeline_data import sleepy
+
+            if __name__ == "__main__":
+                pipe = Pipeline(list(range(100_000))).map(sleepy, threads=3).batch(4)
+                loader = Loader(pipe, num_workers=2, max_batches=2, max_bytes="1MiB",
+                                multiprocessing_context={mp_context!r}, adaptive=False)
+                it = iter(loader)
+                next(it)
+                print("PIDS", *loader.worker_pids(), flush=True)
+                time.sleep(600)  # stop consuming: workers block on credits and lanes
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("PIDS"), proc.stderr.read() if proc.stderr else line
+    pids = [int(p) for p in line.split()[1:]]
+    assert len(pids) == 2 and all(_proc_ppid(p) == proc.pid for p in pids)
+    time.sleep(1.0)  # let them fill the credits and block
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [p for p in pids if not _gone(p)]
+    for p in alive:  # do not leave them behind if the test fails
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"workers {alive} outlived their main process (orphaned)"

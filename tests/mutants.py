@@ -1,0 +1,210 @@
+"""``make mutants``: plant known bugs one at a time and check the suite catches each.
+
+Each mutant replaces one exact snippet of one file (it must occur exactly once: a
+mutant that no longer applies is an error, so the list follows the code when it moves)
+in a scratch copy of the repository, then runs only the test files that guard that
+code (``-x``, hypothesis without shrinking). A mutant is *killed* when those tests fail.
+Prints ``N of N mutants killed`` and exits 1 if any survived or no longer applies.
+
+    python tests/mutants.py            # all
+    python tests/mutants.py budget     # those whose name contains "budget"
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 240
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    Mutant(
+        "budget admits 25% more bytes (sharded and pooled)",
+        "streambuf/budget.py",
+        "and self._w[o + _USED_B] + nbytes <= self._w[o + _LIM_B]",
+        "and self._w[o + _USED_B] + nbytes <= self._w[o + _LIM_B] * 5 // 4",
+        ("tests/test_budget.py::TestBudgetInline", "tests/test_loader_budget.py"),
+    ),
+    Mutant(
+        "budget admits one batch more than max_batches (sharded)",
+        "streambuf/budget.py",
+        "self._w[o + _USED_N] < self._w[o + _LIM_N]",
+        "self._w[o + _USED_N] <= self._w[o + _LIM_N]",
+        ("tests/test_loader_budget.py", "tests/test_budget.py"),
+    ),
+    Mutant(
+        "budget admits one batch more than max_batches (pooled)",
+        "streambuf/budget.py",
+        "return used_n < self._g[_G_MAX_N] and",
+        "return used_n <= self._g[_G_MAX_N] and",
+        ("tests/test_loader_budget.py", "tests/test_budget.py"),
+    ),
+    Mutant(
+        "Loader under-reserves the batch being built",
+        "streambuf/_worker.py",
+        "estimate = max(size, 1) if first else max(estimate, size)",
+        "estimate = 1",
+        ("tests/test_loader_budget.py",),
+    ),
+    Mutant(
+        "stage share is half of max_bytes instead of a quarter",
+        "streambuf/loader.py",
+        "stage_total = self.max_bytes // 4 if",
+        "stage_total = self.max_bytes // 2 if",
+        ("tests/test_loader_budget.py",),
+    ),
+    Mutant(
+        "sharding: slot 0 skips its last shard",
+        "streambuf/sharding.py",
+        "return Assignment(tuple(order[slot::slots]))",
+        "return Assignment(tuple(order[slot::slots])[: -1 if slot == 0 and len(order[slot::slots]) > 1 else None])",
+        ("tests/test_sharding.py",),
+    ),
+    Mutant(
+        "sharding: a shard is read twice",
+        "streambuf/sharding.py",
+        "return Assignment(tuple(order[slot::slots]))",
+        "return Assignment(tuple(order[slot::slots]) + tuple(order[slots - 1 : slots] if slot == 0 else ()))",
+        ("tests/test_sharding.py",),
+    ),
+    Mutant(
+        "equalize='drop' trims one batch too many",
+        "streambuf/sharding.py",
+        'target = min(totals) if mode == "drop" else max(totals)',
+        'target = min(totals) - 1 if mode == "drop" else max(totals)',
+        ("tests/test_sharding.py",),
+    ),
+    Mutant(
+        "equalize='pad' adds one batch too many",
+        "streambuf/sharding.py",
+        'target = min(totals) if mode == "drop" else max(totals)',
+        'target = min(totals) if mode == "drop" else max(totals) + 1',
+        ("tests/test_sharding.py",),
+    ),
+    Mutant(
+        "buffer: a lane admits one item over its count bound",
+        "streambuf/buffer.py",
+        "return n < lane.max_items and lane.bytes + size <= lane.max_bytes",
+        "return n <= lane.max_items and lane.bytes + size <= lane.max_bytes",
+        ("tests/test_buffer_properties.py", "tests/test_buffer.py"),
+    ),
+    Mutant(
+        "buffer: the pool admits 50 bytes over its byte bound",
+        "streambuf/buffer.py",
+        "return self._items < self._max_items and self._bytes + size <= self._max_bytes",
+        "return self._items < self._max_items and self._bytes + size <= self._max_bytes + 50",
+        ("tests/test_buffer_properties.py", "tests/test_buffer.py"),
+    ),
+    Mutant(
+        "buffer: a lane delivers LIFO instead of FIFO",
+        "streambuf/buffer.py",
+        "item, size = lane.q.popleft()",
+        "item, size = lane.q.pop()",
+        ("tests/test_buffer.py", "tests/test_buffer_properties.py"),
+    ),
+    Mutant(
+        "video: each clip's frames shifted by one",
+        "streambuf/video/decode.py",
+        "            _put_frame(out, t, rgb, layout)",
+        "            _put_frame(out, max(t - 1, 0), rgb, layout)",
+        ("tests/video/test_decode.py",),
+    ),
+    Mutant(
+        "video: pts shifted by one frame duration",
+        "streambuf/video/decode.py",
+        "pts_seconds=torch.from_numpy(info.pts_seconds[idx]),",
+        "pts_seconds=torch.from_numpy(info.pts_seconds[idx] + info.frame_duration_seconds[idx]),",
+        ("tests/video/test_decode.py",),
+    ),
+    Mutant(
+        "tar: member padding off by one block",
+        "streambuf/sources/tar.py",
+        "padded = -size % _BLOCK",
+        "padded = -size % _BLOCK + (_BLOCK if size > 700 else 0)",
+        ("tests/sources/test_tar.py",),
+    ),
+    Mutant(
+        "retry resumes one byte early",
+        "streambuf/sources/_resumable.py",
+        "self._connect(self.offset)",
+        "self._connect(max(0, self.offset - 1))",
+        ("tests/sources/test_opener.py",),
+    ),
+    Mutant(
+        "worker exceptions lose their type (ExceptionWrapper behaviour)",
+        "streambuf/_transport.py",
+        "        if not isinstance(exc, BaseException):",
+        "        exc = None\n        if not isinstance(exc, BaseException):",
+        ("tests/test_loader_errors.py",),
+    ),
+]
+
+
+def _copy_tree(dst: Path) -> None:
+    for name in ("streambuf", "tests", "benchmarks", "examples"):
+        shutil.copytree(
+            ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis")
+        )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dst / name)
+
+
+def run_one(m: Mutant) -> tuple[str, float]:
+    """'killed', 'survived' or 'stale' (no longer applies), and the seconds it took."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="streambuf-mutant-") as tmp:
+        dst = Path(tmp)
+        _copy_tree(dst)
+        target = dst / m.path
+        text = target.read_text()
+        if text.count(m.old) != 1:
+            return "stale", time.monotonic() - t0
+        target.write_text(text.replace(m.old, m.new))
+        env = dict(os.environ, STREAMBUF_MUTANTS="1", PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *m.tests]
+        try:
+            proc = subprocess.run(
+                cmd, cwd=dst, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            return "killed", time.monotonic() - t0  # a hang is caught too (by timeouts)
+        if proc.returncode == 0:
+            return "survived", time.monotonic() - t0
+        if proc.returncode not in (1,):  # 2+: collection/usage errors are not a kill
+            tail = (proc.stdout + proc.stderr)[-2000:]
+            print(f"    pytest exit {proc.returncode}:\n{tail}")
+            return "broken", time.monotonic() - t0
+        return "killed", time.monotonic() - t0
+
+
+def main(argv: list[str]) -> int:
+    chosen = [m for m in MUTANTS if not argv or any(a in m.name for a in argv)]
+    results = []
+    for m in chosen:
+        verdict, took = run_one(m)
+        results.append(verdict)
+        print(f"{verdict:>8}  {took:5.1f} s  {m.name}", flush=True)
+    killed = results.count("killed")
+    print(f"{killed} of {len(chosen)} mutants killed")
+    return 0 if killed == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
