@@ -10,18 +10,19 @@ does, so sending it to the main process copies nothing.
 Leaves that are not tensors/arrays (ints, floats, strings, ...) are gathered in lists
 and given to ``default_collate`` at the end, so the result equals ``default_collate`` of
 the same samples for tensors/arrays/numbers in nested dicts, lists and tuples. Anything
-else, or samples whose structure or shapes differ, falls back to ``default_collate``.
+else falls back to ``default_collate`` of the gathered samples; samples whose structure
+or shapes differ within one batch are an error naming the fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["batch_in_place"]
+__all__ = ["Collator"]
 
 
 class _Mismatch(Exception):
@@ -101,46 +102,43 @@ class _Builder:
         return default_collate(leaves)
 
 
-def batch_in_place(it: Iterable[Any], n: int, /, *, drop_last: bool = False) -> Iterator[Any]:
-    """Yield batches of ``n`` equal to ``default_collate``'s, built in place (see module)."""
-    from torch.utils.data import default_collate
+class Collator:
+    """One batch of at most ``n`` samples: ``add`` each, then ``result()``.
 
-    it = iter(it)
-    while True:
-        try:
-            first = next(it)
-        except StopIteration:
-            return
-        try:
-            builder: _Builder | None = _Builder(first, n)
-        except _Mismatch:
-            builder = None
-        pending: list[Any] = [first] if builder is None else []
-        if builder is not None:
-            builder.add(first)
-        del first
-        count = 1
-        while count < n:
+    ``collate=None``: in place, equal to ``default_collate`` (see module docstring);
+    otherwise the samples are gathered and ``collate(list)`` is called at the end.
+    """
+
+    def __init__(self, n: int, collate: Callable[[list[Any]], Any] | None = None) -> None:
+        self.n = n
+        self.count = 0
+        self._collate = collate
+        self._builder: _Builder | None = None
+        self._held: list[Any] = []
+
+    def add(self, x: Any) -> None:
+        if self._collate is None and self.count == 0:
             try:
-                x = next(it)
-            except StopIteration:
-                break
-            count += 1
-            if builder is not None:
-                try:
-                    builder.add(x)
-                    continue
-                except _Mismatch:  # structures differ: fall back for this batch
-                    raise ValueError(
-                        "batch(): samples in one batch differ in structure, shape or dtype; "
-                        "pass collate= to batch them your way"
-                    ) from None
-            pending.append(x)
-        if count < n and drop_last:
-            return
-        if builder is not None:
-            yield builder.result()
+                self._builder = _Builder(x, self.n)
+            except _Mismatch:
+                self._builder = None
+        if self._builder is not None:
+            try:
+                self._builder.add(x)
+            except _Mismatch:
+                raise ValueError(
+                    "batch(): samples in one batch differ in structure, shape or dtype; "
+                    "pass collate= to batch them your way"
+                ) from None
         else:
-            yield default_collate(pending)
-        if count < n:
-            return
+            self._held.append(x)
+        self.count += 1
+
+    def result(self) -> Any:
+        if self._builder is not None:
+            return self._builder.result()
+        if self._collate is not None:
+            return self._collate(self._held)
+        from torch.utils.data import default_collate
+
+        return default_collate(self._held)

@@ -11,17 +11,24 @@ user's ``Pipeline`` set after the workers started.
 1. starts, once per process, a thread that watches the parent: when the main process is
    gone (SIGKILL, OOM killer) the worker exits within ``PARENT_POLL_S``, wherever its
    other threads are blocked (credit wait, buffer put, lane threads, a stuck read);
-2. reserves credits *before* building each batch (the batch under construction counts),
-   adjusts them to the true size, and yields ``Tagged(worker, nbytes, batch)``;
-3. turns an exception of the pipeline into a ``Failure`` message (its type, attributes and
+2. runs its slot of the pipeline (``streambuf._iteration``) as logical worker
+   ``(id + rotation) % num_workers`` from the plan's resume data, if any;
+3. reserves credits *before* building each batch (the batch under construction counts),
+   adjusts them to the true size, and yields ``Tagged(worker, nbytes, batch, state)``
+   with the slot's snapshot just after that batch (``state = (logical, snapshot)``);
+4. turns an exception of the pipeline into a ``Failure`` message (its type, attributes and
    notes survive the process boundary, see ``streambuf._transport``) and ends.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, Any
@@ -38,23 +45,61 @@ if TYPE_CHECKING:
 __all__ = ["PARENT_POLL_S", "Board", "Feed", "watch_parent"]
 
 PARENT_POLL_S = 0.5
-_GEN, _EPOCH, _RANK, _WORLD = range(4)
+_GEN, _EPOCH, _RANK, _WORLD, _ROTATION, _PLAN = range(6)
 
 
 class Board:
-    """The per-iteration plan, in shared memory (written by the main process only)."""
+    """The per-iteration plan, in shared memory (written by the main process only).
+
+    The integers (generation, epoch, rank, world size, rotation) live in a shared array;
+    resume data, when there is some, in a file ``plan-<generation>.pkl`` of a private
+    folder made here (persistent workers see both; a file has no size limit and needs no
+    reader thread). The folder is removed with the board in the main process.
+    """
 
     def __init__(self, ctx: BaseContext) -> None:
-        self._raw: Any = ctx.RawArray("q", 4)
+        self._raw: Any = ctx.RawArray("q", 6)
+        self.folder = tempfile.mkdtemp(prefix="streambuf-plan-")
+        self._owner = os.getpid()
+        weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
-    def publish(self, *, generation: int, epoch: int, rank: int, world_size: int) -> None:
-        self._raw[_EPOCH], self._raw[_RANK], self._raw[_WORLD] = epoch, rank, world_size
-        self._raw[_GEN] = generation
-
-    def read(self) -> tuple[int, int, int, int]:
-        """(generation, epoch, rank, world_size)."""
+    def publish(
+        self,
+        *,
+        generation: int,
+        epoch: int,
+        rank: int,
+        world_size: int,
+        rotation: int = 0,
+        plan: Any = None,
+    ) -> None:
+        for old in os.listdir(self.folder):
+            os.unlink(os.path.join(self.folder, old))
+        if plan is not None:
+            path = os.path.join(self.folder, f"plan-{generation}.pkl")
+            with open(path + ".tmp", "wb") as f:
+                pickle.dump(plan, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(path + ".tmp", path)
         r = self._raw
-        return int(r[_GEN]), int(r[_EPOCH]), int(r[_RANK]), int(r[_WORLD])
+        r[_EPOCH], r[_RANK], r[_WORLD], r[_ROTATION] = epoch, rank, world_size, rotation
+        r[_PLAN] = plan is not None
+        r[_GEN] = generation
+
+    def read(self) -> tuple[int, int, int, int, int, Any]:
+        """(generation, epoch, rank, world_size, rotation, plan or None)."""
+        r = self._raw
+        gen = int(r[_GEN])
+        plan = None
+        if r[_PLAN]:
+            with open(os.path.join(self.folder, f"plan-{gen}.pkl"), "rb") as f:
+                plan = pickle.load(f)
+        return gen, int(r[_EPOCH]), int(r[_RANK]), int(r[_WORLD]), int(r[_ROTATION]), plan
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_raw": self._raw, "folder": self.folder, "_owner": self._owner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # a worker's copy: no finalizer, the owner cleans up
 
 
 _watched_pid: int | None = None
@@ -144,18 +189,29 @@ class Feed(IterableDataset[Any]):
         worker = info.id
         watch_parent()
         fix_malloc_thresholds()
-        gen, epoch, rank, world = self.board.read()
-        ctx = WorkerContext(rank, world, worker, info.num_workers, epoch, self.pipeline.seed)
+        gen, epoch, rank, world, rotation, plan = self.board.read()
+        logical = (worker + rotation) % info.num_workers  # an in-order resume's rotation
+        ctx = WorkerContext(rank, world, logical, info.num_workers, epoch, self.pipeline.seed)
+        resume, progress = None, None
+        if plan is not None:
+            from ._elastic import Progress
+
+            resume = plan["workers"][logical]
+            if plan["progress"] is not None:
+                progress = Progress.from_data(plan["progress"])
         budget = self.budget
         estimate = budget.slice_bytes(worker)  # first batch: its whole slice (size unknown)
         first = True
-        it = self.pipeline._iterate(ctx, stage_bytes=self.stage_bytes)
+        it = self.pipeline._iterate(
+            ctx, stage_bytes=self.stage_bytes, resume=resume, progress=progress
+        )
+        batches = iter(it)
         try:
             while True:
                 if not budget.reserve(worker, estimate, generation=gen):
                     return  # the main process abandoned this iteration
                 try:
-                    batch = next(it)
+                    batch = next(batches)
                 except StopIteration:
                     budget.cancel(worker, estimate)
                     return
@@ -167,8 +223,8 @@ class Feed(IterableDataset[Any]):
                 budget.adjust(worker, size - estimate, batch_bytes=size, overshoot=size > estimate)
                 estimate = max(size, 1) if first else max(estimate, size)
                 first = False
-                yield Tagged(worker, size, batch)
+                yield Tagged(worker, size, batch, (logical, it.snapshot()))
         finally:
-            close = getattr(it, "close", None)
+            close = getattr(batches, "close", None)
             if close is not None:
                 close()

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ._checkpoint import RunTracker
 from ._supervise import POLL_S, Supervisor, kill_workers
 from ._transport import Failure, Tagged
 from ._units import (
@@ -174,6 +175,7 @@ class Loader:
         self._board: Board | None = None
         self._supervisor: Supervisor | None = None
         self._closed = False
+        self._tracker = RunTracker(pipeline, num_workers=num_workers, in_order=self.in_order)
 
     # -- the DataLoader ---------------------------------------------------------------
     def _dataloader(self) -> DataLoader[Any]:
@@ -234,14 +236,26 @@ class Loader:
         self._iter_batches = 0
         self._iter_wait = 0.0
         rank, world = self._rank_world()
+        plan = self._tracker.start(epoch=self.epoch, rank=rank, world_size=world)
+        self._epoch = plan.epoch
         if self.num_workers == 0:
-            ctx = WorkerContext(rank, world, 0, 1, self.epoch, self.pipeline.seed)
-            yield from self._count_local(self.pipeline._iterate(ctx, stage_bytes=self.stage_bytes))
+            ctx = WorkerContext(rank, world, 0, 1, plan.epoch, self.pipeline.seed)
+            it = self.pipeline._iterate(
+                ctx, stage_bytes=self.stage_bytes, resume=plan.workers[0], progress=plan.progress
+            )
+            yield from self._count_local(it)
             return
         dl = self._dataloader()
         assert self._budget is not None and self._board is not None
         gen = self._budget.new_generation()
-        self._board.publish(generation=gen, epoch=self.epoch, rank=rank, world_size=world)
+        self._board.publish(
+            generation=gen,
+            epoch=plan.epoch,
+            rank=rank,
+            world_size=world,
+            rotation=plan.rotation,
+            plan=plan.for_workers() if plan.resumes else None,
+        )
         failed = False
         try:
             self._dl_iter = iter(dl)
@@ -256,6 +270,32 @@ class Loader:
             raise
         finally:
             self._end_iteration(failed=failed)
+
+    # -- checkpoints ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank's run is: exactly the batches handed to the user so far, as
+        plain data (JSON-serialisable; positions, never samples). Cheap, and never
+        pauses the workers. Save one per rank; see ``load_state_dict``."""
+        return self._tracker.state_dict(epoch=self.epoch, rank_world=self._rank_world())
+
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]], /) -> None:
+        """Resume the next iteration where ``state`` left off (call before iterating).
+
+        * The state of this rank, same ``num_workers`` and world size: the remaining
+          batches of the epoch are exactly those of the uninterrupted run (with
+          ``in_order=True``; exactly once in any order otherwise), then later epochs as
+          if never interrupted.
+        * Another ``num_workers`` or world size: pass the states of *all* old ranks (a
+          list, e.g. gathered with ``all_gather_object`` or one file per rank); every
+          remaining sample of the epoch is delivered exactly once over the new ranks.
+        * A state saved at the very end of an epoch: the next iteration is the next
+          epoch.
+
+        Raises:
+            ValueError: not a streambuf state, a different pipeline (shards, stages,
+                seed), or an incomplete set of ranks for a new world size.
+        """
+        self._tracker.load(state)
 
     def _end_iteration(self, *, failed: bool) -> None:
         """Wake workers waiting for credits, then shut them down (or keep them, when
@@ -295,15 +335,20 @@ class Loader:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _count_local(self, it: Iterator[Any]) -> Iterator[Any]:
-        while True:
-            t0 = time.monotonic()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            self._account(t0, time.monotonic() - t0, nbytes(batch))
-            yield batch
+    def _count_local(self, it: Any) -> Iterator[Any]:
+        batches = iter(it)
+        try:
+            while True:
+                t0 = time.monotonic()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                self._account(t0, time.monotonic() - t0, nbytes(batch))
+                self._tracker.delivered(0, it.snapshot())
+                yield batch
+        finally:
+            batches.close()
 
     def _count_workers(self, it: Iterator[Any], sup: Supervisor) -> Iterator[Any]:
         budget = self._budget
@@ -324,6 +369,8 @@ class Loader:
                 raise item.exception()
             assert isinstance(item, Tagged)
             budget.release(item.worker, item.nbytes)
+            logical, snapshot = item.state
+            self._tracker.delivered(logical, snapshot)
             if empty:
                 self._empty_gets += 1
             if self.tuner is not None:

@@ -1,10 +1,11 @@
 """``Pipeline``: a fluent, picklable ``IterableDataset`` built from stages.
 
 A pipeline starts from a *source*: a sequence of shards (file names, URLs, or plain
-items, each its own shard), optionally with ``expand(shard) -> Iterable[sample]``. Each
-copy of the pipeline (one per DataLoader worker, per rank) reads only its share, as
-``streambuf.sharding`` defines: shard order seeded by (seed, epoch), split across
-rank x worker so that every sample is delivered exactly once per epoch.
+items, each its own shard), optionally with ``expand(shard) -> Iterable[sample]``, or a
+``SourceReader`` (``shards()``, ``video.clips()``). Each copy of the pipeline (one per
+DataLoader worker, per rank) reads only its share, as ``streambuf.sharding`` defines:
+shard order seeded by (seed, epoch), split across rank x worker so that every sample is
+delivered exactly once per epoch.
 
 Fluent methods return a *new* pipeline (the original is unchanged), so a base pipeline
 can be reused. Everything stored must pickle (functions at module level, not lambdas,
@@ -13,56 +14,38 @@ when DataLoader workers are spawned).
 Determinism: with a seed, the output order of one (rank, worker) is a function of
 (seed, epoch, rank, world size, num_workers) alone; ``Loader(in_order=True)`` then makes
 the whole sequence deterministic.
+
+State: ``state_dict()``/``load_state_dict()`` checkpoint an in-process iteration (the
+``Loader`` has its own, over its workers); see docs/design.md, "State and resume".
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch.utils.data import IterableDataset
 
+from . import _state
 from ._failures import OnError
+from ._iteration import Iteration
 from ._shared import SharedInt
+from ._units import check_choice, check_int
+from .buffer import Order
 from .sharding import (
     Equalize,
-    assign,
     current_rank_world,
     current_worker,
     equal_batch_counts,
-    hash_seed,
     shard_order,
 )
-from .stages import (
-    batch_items,
-    filter_items,
-    flatten_items,
-    map_items,
-    prefetch_items,
-    shuffle_items,
-)
+from .stages import Batch, Filter, Flatten, Map, Prefetch, Shuffle, Stage
 
-__all__ = ["Pipeline", "ReadShards", "WorkerContext"]
+if TYPE_CHECKING:
+    from ._source import Access
 
-
-class ReadShards(Protocol):
-    """Reads a slot's shards: yields ``islice(samples(shard), offset, None, stride)`` for
-    every shard, each sample exactly once (any interleaving). ``stage_bytes`` is the byte
-    budget the Loader grants the stage (None outside a Loader); ``ctx`` says where it
-    runs (epoch and seed included, for per-epoch randomness)."""
-
-    def __call__(
-        self,
-        shards: Sequence[Any],
-        /,
-        *,
-        stride: int,
-        offset: int,
-        stage_bytes: int | None,
-        ctx: WorkerContext,
-    ) -> Iterator[Any]: ...
+__all__ = ["Pipeline", "ReaderRun", "SourceReader", "WorkerContext"]
 
 
 @dataclass(frozen=True)
@@ -85,31 +68,52 @@ class WorkerContext:
         return self.world_size * self.num_workers
 
 
-@dataclass(frozen=True)
-class _Stage:
-    kind: str
-    fn: Any = None
-    args: dict[str, Any] = field(default_factory=dict)
+@dataclass
+class ReaderRun:
+    """What a ``SourceReader`` opens for one iteration: the access and its lanes."""
+
+    access: Access
+    lanes: int
+    order: Order = "round_robin"
+    max_items: int = 64
+    max_bytes: int = 256 << 20
+    name: str = "source"
+
+
+class SourceReader(Protocol):
+    """Reads the shards of a pipeline (``shards()``, ``video.clips()``): configuration
+    only (picklable); ``open`` is called in each worker for each iteration with the
+    slot's sample split (``stride``/``offset``) and its stage byte grant."""
+
+    def open(
+        self,
+        source: Sequence[Any],
+        /,
+        *,
+        ctx: WorkerContext,
+        stage_bytes: int | None,
+        stride: int,
+        offset: int,
+    ) -> ReaderRun: ...
 
 
 class Pipeline(IterableDataset[Any]):
     """A streaming dataset: source -> shard split -> stages.
 
     Args:
-        source: a sequence of shards or items (each item is a shard of one sample).
+        source: a sequence of shards or items (each item is a shard of one sample), or a
+            one-shot iterable (split by position; not resumable).
         expand: ``expand(shard) -> Iterable[sample]``; None means the shard is the sample.
-        reader: instead of ``expand``, reads a whole list of shards at once (e.g. several
-            concurrently, in lanes): ``reader(shards, stride=, offset=, stage_bytes=, ctx=)``
-            must yield, for each shard, the samples ``islice(samples, offset, None,
-            stride)``, each exactly once, in any interleaving.
+        reader: instead of ``expand``, a ``SourceReader`` that reads the slot's shards
+            (with lanes, seeking to resume).
         shuffle_shards: permute the shard order each epoch, seeded by (seed, epoch).
         seed: the base seed for shard order and shuffle stages.
         samples_per_shard: sample count of each shard (an int for all, or a sequence);
-            needed only by ``equalize`` when ``expand`` is given.
+            needed only by ``equalize`` when ``expand``/``reader`` is given.
         equalize: None, ``"drop"`` or ``"pad"``: make every rank yield the same number of
             batches (an unequal count hangs DDP). Needs a ``.batch()`` stage.
-        rank, world_size: override ``torch.distributed`` (to simulate ranks, or when
-            the process group is created after the pipeline).
+        rank, world_size: override ``torch.distributed`` (to simulate ranks); otherwise
+            they are read each time an iteration starts.
     """
 
     def __init__(
@@ -118,7 +122,7 @@ class Pipeline(IterableDataset[Any]):
         /,
         *,
         expand: Callable[[Any], Iterable[Any]] | None = None,
-        reader: ReadShards | None = None,
+        reader: SourceReader | None = None,
         shuffle_shards: bool = False,
         seed: int = 0,
         samples_per_shard: int | Sequence[int] | None = None,
@@ -127,33 +131,52 @@ class Pipeline(IterableDataset[Any]):
         world_size: int | None = None,
     ) -> None:
         super().__init__()
-        if equalize not in (None, "drop", "pad"):
-            raise ValueError(f"equalize={equalize!r} must be None, 'drop' or 'pad'")
+        check_choice(equalize, name="equalize", choices=(None, "drop", "pad"))
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank= and world_size=, or neither")
-        if rank is not None and world_size is not None and not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
-        self._source = source
-        self._is_seq = isinstance(source, Sequence)
+        if rank is not None and world_size is not None:
+            check_int(world_size, name="world_size", minimum=1)
+            check_int(rank, name="rank", maximum=world_size - 1)
         if expand is not None and reader is not None:
             raise ValueError("give expand= or reader=, not both")
+        if expand is not None and not callable(expand):
+            raise TypeError(f"expand={expand!r} must be callable")
+        if isinstance(source, str | bytes):
+            raise TypeError("source must be a sequence of shards, not one string; wrap it in [...]")
+        self._source = source
+        self._is_seq = isinstance(source, Sequence)
         self._expand = expand
         self._reader = reader
-        self._shuffle_shards = shuffle_shards
-        self._seed = int(seed)
+        self._shuffle_shards = bool(shuffle_shards)
+        self._seed = check_int(seed, name="seed", minimum=-(1 << 63))
         self._samples_per_shard = samples_per_shard
         self._equalize = equalize
         self._rank_world: tuple[int, int] | None = (
             None if rank is None or world_size is None else (rank, world_size)
         )
-        self._stages: tuple[_Stage, ...] = ()
+        self._stages: tuple[Stage, ...] = ()
         self._epoch = SharedInt(0)
+        self._current: Iteration | None = None  # the in-process iteration (state_dict)
+        self._resume: dict[str, Any] | None = None  # loaded, for the next iteration
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_current"] = None  # threads and locks stay in this process
+        return state
 
     # -- fluent construction -----------------------------------------------------------
-    def _with(self, stage: _Stage) -> Pipeline:
+    def _with(self, stage: Stage) -> Pipeline:
+        if any(isinstance(s, Batch) for s in self._stages) and not isinstance(
+            stage, Map | Filter | Prefetch
+        ):
+            raise ValueError(
+                f"{stage.name}() after .batch(): only map, filter and prefetch may follow "
+                "batching; move it before .batch()"
+            )
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(self.__dict__)
         new._stages = (*self._stages, stage)
+        new._current, new._resume = None, None
         return new
 
     def map(
@@ -171,16 +194,7 @@ class Pipeline(IterableDataset[Any]):
         If ``fn`` has a ``set_epoch(epoch)`` method it is called at the start of each
         epoch in every worker, so per-epoch randomness needs no extra call."""
         return self._with(
-            _Stage(
-                "map",
-                fn,
-                {
-                    "threads": threads,
-                    "ordered": ordered,
-                    "max_items": max_items,
-                    "max_bytes": max_bytes,
-                },
-            )
+            Map(fn, threads=threads, ordered=ordered, max_items=max_items, max_bytes=max_bytes)  # type: ignore[arg-type]
         )
 
     def decode(
@@ -211,23 +225,19 @@ class Pipeline(IterableDataset[Any]):
     def flatten(self) -> Pipeline:
         """Yield the elements of each item (an item that is a list of samples, e.g. the
         clips ``video.decode_member`` returns for one tar sample, becomes samples)."""
-        return self._with(_Stage("flatten"))
+        if any(isinstance(s, Flatten) for s in self._stages):
+            raise ValueError("a pipeline has at most one .flatten() stage")
+        return self._with(Flatten())
 
     def filter(self, fn: Callable[[Any], bool], /) -> Pipeline:
         """Keep the items for which ``fn`` is true (equalize then pads by repetition)."""
-        return self._with(_Stage("filter", fn))
+        return self._with(Filter(fn))
 
     def shuffle(
         self, buffer_items: int, /, *, max_bytes: int | str | None = None, seed: int | None = None
     ) -> Pipeline:
         """Bounded shuffle; seeded by (seed, epoch, rank, worker)."""
-        return self._with(
-            _Stage(
-                "shuffle",
-                None,
-                {"buffer_items": buffer_items, "max_bytes": max_bytes, "seed": seed},
-            )
-        )
+        return self._with(Shuffle(buffer_items, max_bytes=max_bytes, seed=seed))  # type: ignore[arg-type]
 
     def batch(
         self,
@@ -238,22 +248,17 @@ class Pipeline(IterableDataset[Any]):
         drop_last: bool = False,
     ) -> Pipeline:
         """Group ``n`` items and collate them (``default_collate`` unless given)."""
-        if any(s.kind == "batch" for s in self._stages):
+        if any(isinstance(s, Batch) for s in self._stages):
             raise ValueError("a pipeline has at most one .batch() stage")
-        return self._with(_Stage("batch", collate, {"n": n, "drop_last": drop_last}))
+        return self._with(Batch(n, collate, drop_last))
 
     def prefetch(self, *, max_items: int, max_bytes: int | str) -> Pipeline:
         """Run everything upstream ahead on a background thread, bounded."""
-        return self._with(
-            _Stage("prefetch", None, {"max_items": max_items, "max_bytes": max_bytes})
-        )
+        return self._with(Prefetch(max_items, max_bytes))
 
     def _has_stage_buffers(self) -> bool:
         """True if a stage holds items ahead (threaded map, prefetch) or a reader is used."""
-        return self._reader is not None or any(
-            (s.kind == "map" and s.args["threads"] > 1) or s.kind == "prefetch"
-            for s in self._stages
-        )
+        return self._reader is not None or any(s.buffers for s in self._stages)
 
     def _per_stage_bytes(self, stage_bytes: int | None) -> int | None:
         """A Loader's stage grant split evenly among the stages that hold items ahead
@@ -261,16 +266,14 @@ class Pipeline(IterableDataset[Any]):
         if stage_bytes is None:
             return None
         n = (self._reader is not None) + sum(
-            1
-            for s in self._stages
-            if s.kind == "map" and s.args["threads"] > 1 and s.args["max_bytes"] is None
+            1 for s in self._stages if isinstance(s, Map) and s.buffers and s.max_bytes is None
         )
         return max(1, stage_bytes // max(1, n))
 
     # -- epochs -----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch; reaches DataLoader workers, persistent ones included."""
-        self._epoch.value = int(epoch)
+        self._epoch.value = check_int(epoch, name="epoch")
 
     @property
     def epoch(self) -> int:
@@ -286,6 +289,10 @@ class Pipeline(IterableDataset[Any]):
         read from ``torch.distributed`` each time an iteration starts."""
         return self._rank_world
 
+    def num_shards(self) -> int | None:
+        """Shards in the source (None for a one-shot iterable)."""
+        return len(self._source) if self._is_seq else None  # type: ignore[arg-type]
+
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:
         """The context this copy runs in now (rank/world, worker, epoch, seed)."""
@@ -293,7 +300,8 @@ class Pipeline(IterableDataset[Any]):
         worker, nworkers = current_worker()
         return WorkerContext(rank, world, worker, nworkers, self._epoch.value, self._seed)
 
-    def _sizes(self) -> list[int]:
+    def sizes(self) -> list[int]:
+        """Samples per shard (from ``samples_per_shard``; 1 each for plain items)."""
         n = len(self._source)  # type: ignore[arg-type]
         if self._expand is None and self._reader is None:
             return [1] * n
@@ -309,123 +317,64 @@ class Pipeline(IterableDataset[Any]):
             raise ValueError(f"samples_per_shard has {len(sps)} counts for {n} shards")
         return list(sps)
 
-    def _samples(self, ctx: WorkerContext, stage_bytes: int | None) -> Iterator[Any]:
-        if not self._is_seq:  # a one-shot stream: every slot reads it, keeps its stride
-            items: Iterable[Any] = self._source
-            if self._expand is not None:
-                items = itertools.chain.from_iterable(map(self._expand, items))
-            yield from itertools.islice(items, ctx.slot, None, ctx.slots)
-            return
-        source: Sequence[Any] = self._source  # type: ignore[assignment]
-        order = shard_order(
-            len(source), seed=self._seed, epoch=ctx.epoch, shuffle=self._shuffle_shards
-        )
-        a = assign(len(source), order, ctx.slot, ctx.slots)
-        if self._reader is not None:
-            shards = [source[i] for i in a.shards]
-            yield from self._reader(
-                shards,
-                stride=a.stride,
-                offset=a.offset,
-                stage_bytes=self._per_stage_bytes(stage_bytes),
-                ctx=ctx,
-            )
-            return
-        for i in a.shards:
-            shard = source[i]
-            samples = [shard] if self._expand is None else self._expand(shard)
-            if a.stride == 1:
-                yield from samples
-            else:
-                yield from itertools.islice(samples, a.offset, None, a.stride)
-
-    def _stream(
-        self, ctx: WorkerContext, stage_bytes: int | None, pass_index: int = 0
-    ) -> Iterator[Any]:
-        it: Iterator[Any] = self._samples(ctx, stage_bytes)
-        for k, st in enumerate(self._stages):
-            a = st.args
-            set_epoch = getattr(st.fn, "set_epoch", None)
-            if callable(set_epoch):  # stage functions with per-epoch randomness
-                set_epoch(ctx.epoch)
-            if st.kind == "map":
-                mb = a["max_bytes"] or self._per_stage_bytes(stage_bytes) or "256MiB"
-                it = map_items(
-                    it,
-                    st.fn,
-                    threads=a["threads"],
-                    ordered=a["ordered"],
-                    max_items=a["max_items"],
-                    max_bytes=mb,
-                )
-            elif st.kind == "filter":
-                it = filter_items(it, st.fn)
-            elif st.kind == "flatten":
-                it = flatten_items(it)
-            elif st.kind == "shuffle":
-                base = self._seed if a["seed"] is None else a["seed"]
-                seed = hash_seed(base, ctx.epoch, ctx.rank, ctx.worker, k, pass_index)
-                it = shuffle_items(it, a["buffer_items"], max_bytes=a["max_bytes"], seed=seed)
-            elif st.kind == "batch":
-                it = batch_items(it, a["n"], collate=st.fn, drop_last=a["drop_last"])
-            elif st.kind == "prefetch":
-                it = prefetch_items(it, max_items=a["max_items"], max_bytes=a["max_bytes"])
-        return it
-
     def batch_counts(
-        self, *, world_size: int, num_workers: int, epoch: int = 0
+        self, *, world_size: int, num_workers: int, epoch: int = 0, progress: Any = None
     ) -> list[list[int]] | None:
-        """With ``equalize``: batches per [rank][worker] for ``epoch``; else None."""
+        """With ``equalize``: batches per [rank][worker] for ``epoch`` (of what is left,
+        given an elastic resume's ``progress``); else None."""
         if self._equalize is None:
             return None
-        batch = [s for s in self._stages if s.kind == "batch"]
+        batch = [s for s in self._stages if isinstance(s, Batch)]
         if not batch:
             raise ValueError("equalize counts batches: add a .batch(n) stage")
         if not self._is_seq:
             raise ValueError("equalize needs a sequence source (its length must be known)")
-        n = len(self._source)  # type: ignore[arg-type]
+        sizes = self.sizes()
+        n = len(sizes)
         order = shard_order(n, seed=self._seed, epoch=epoch, shuffle=self._shuffle_shards)
         return equal_batch_counts(
-            self._sizes(),
+            sizes,
             order,
             world_size=world_size,
             num_workers=num_workers,
-            batch_size=batch[0].args["n"],
-            drop_last=batch[0].args["drop_last"],
+            batch_size=batch[0].n,
+            drop_last=batch[0].drop_last,
             mode=self._equalize,
+            progress=progress,
         )
 
     def __iter__(self) -> Iterator[Any]:
-        return self._iterate(self.context(), stage_bytes=None)
+        ctx = self.context()
+        resume, progress, ctx = _state.plan_pipeline(self, ctx, self._resume)
+        self._resume = None
+        it = self._iterate(ctx, stage_bytes=None, resume=resume, progress=progress)
+        self._current = it
+        return iter(it)
 
-    def _iterate(self, ctx: WorkerContext, *, stage_bytes: int | None) -> Iterator[Any]:
-        """Iterate as the copy described by ``ctx``, with ``stage_bytes`` for the stage
+    def _iterate(
+        self,
+        ctx: WorkerContext,
+        *,
+        stage_bytes: int | None,
+        resume: dict[str, Any] | None = None,
+        progress: Any = None,
+    ) -> Iteration:
+        """One run as the copy described by ``ctx``, with ``stage_bytes`` for the stage
         buffers (a Loader's grant per worker; None: each stage's own default)."""
-        counts = self.batch_counts(
-            world_size=ctx.world_size, num_workers=ctx.num_workers, epoch=ctx.epoch
-        )
-        if counts is None:
-            yield from self._stream(ctx, stage_bytes)
-            return
-        target = counts[ctx.rank][ctx.worker]
-        produced = 0
-        for pass_index in itertools.count():
-            got = 0
-            for item in self._stream(ctx, stage_bytes, pass_index):
-                if produced == target:
-                    return
-                yield item
-                produced += 1
-                got += 1
-            if produced == target:
-                return
-            if got == 0:
-                raise ValueError(
-                    f"equalize: rank {ctx.rank} worker {ctx.worker} must yield {target} "
-                    f"batches but its stream is empty (a filter dropped everything?)"
-                )
+        return Iteration(self, ctx, stage_bytes=stage_bytes, resume=resume, progress=progress)
+
+    # -- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The state of the current in-process iteration: what it has delivered, as
+        plain data (JSON-serialisable, small). Before iterating: the start of an epoch."""
+        return _state.pipeline_state(self, self._current)
+
+    def load_state_dict(self, state: dict[str, Any] | Sequence[dict[str, Any]], /) -> None:
+        """Resume the next iteration where ``state`` (one state, or the states of all
+        ranks of a run with another layout) left off; see docs/design.md."""
+        self._resume = _state.check_loadable(self, state)
 
     def __repr__(self) -> str:
-        stages = "".join(f".{s.kind}(...)" for s in self._stages)
+        stages = "".join(f".{s.name}" for s in self._stages)
         n = len(self._source) if self._is_seq else "?"  # type: ignore[arg-type]
         return f"Pipeline(<{n} shards>){stages}"

@@ -2,7 +2,10 @@
 
 ``threads`` producer threads pull from one source iterator (under a lock: iterators are
 sequential), apply ``fn`` outside the lock (this is where the concurrency is: I/O and
-GIL-releasing decode), and put results into a ``ShardedBuffer`` with one lane per thread.
+GIL-releasing decode), and put results into a ``ShardedBuffer`` with one lane per
+thread, through the package's one lane runner (``streambuf._lanes``): each thread
+reserves room for its next result *before* making it, so results being made count
+against ``max_items``/``max_bytes`` too.
 
 * ``ordered=True``: item ``i`` goes to lane ``i % threads`` and the buffer delivers
   round-robin, so the output order is the source order whatever the timing; the budget is
@@ -20,21 +23,18 @@ next ``put``.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ._threads import join_all
+from ._lanes import LaneRunner
 from ._units import parse_count
-from .buffer import BufferStats, ShardedBuffer
-from .errors import BufferClosed, add_note
+from .buffer import BufferStats
+from .errors import add_note
 from .sizing import nbytes
 
 __all__ = ["Prefetcher", "prefetch"]
-
-log = logging.getLogger("streambuf")
 
 T = TypeVar("T")
 _END = object()
@@ -46,7 +46,7 @@ class Prefetcher(Generic[T]):
 
     Args:
         iterable: the source; iterated once, on the producer threads.
-        max_items: items held at most (>= threads when ordered).
+        max_items: items held at most, including those being made (>= threads when ordered).
         max_bytes: bytes held at most (int or "1GiB"), oversize rule as in BoundedBuffer.
         threads: producer threads (>= 1).
         fn: applied to each item on a producer thread; identity if None.
@@ -71,31 +71,30 @@ class Prefetcher(Generic[T]):
         join_timeout_s: float = 1.0,
     ) -> None:
         self._threads_n = parse_count(threads, name="threads")
+        parse_count(max_items, name="max_items")
         if ordered and max_items < self._threads_n:
             raise ValueError(
                 f"max_items={max_items} must be >= threads={threads} when ordered=True "
                 "(each thread owns at least one slot); raise max_items or lower threads"
             )
-        self._buf: ShardedBuffer[T] = ShardedBuffer(
-            lanes=self._threads_n,
-            max_items=max_items,
-            max_bytes=max_bytes,
-            order="round_robin" if ordered else "first_ready",
-            sizeof=sizeof,
-        )
         self._source = iterable
         self._fn = fn
         self._ordered = ordered
         self.name = name or (f"map({getattr(fn, '__name__', 'fn')})" if fn else "prefetch")
-        self._join_timeout_s = join_timeout_s
         self._src_lock = threading.Lock()
         self._it: Iterator[Any] | None = None
         self._next_index = 0
         self._exhausted = False
         self._stash: list[deque[tuple[int, Any]]] = [deque() for _ in range(self._threads_n)]
-        self._threads: list[threading.Thread] = []
-        self._started = False
-        self._stop = threading.Event()
+        self._runner: LaneRunner[T] = LaneRunner(
+            [self._make_work(t) for t in range(self._threads_n)],
+            order="round_robin" if ordered else "first_ready",
+            max_items=max_items,
+            max_bytes=max_bytes,
+            sizeof=sizeof,
+            name=self.name,
+            join_timeout_s=join_timeout_s,
+        )
 
     # -- producers --------------------------------------------------------------------
     def _pull(self, t: int) -> tuple[int, Any] | object:
@@ -105,14 +104,21 @@ class Prefetcher(Generic[T]):
             while True:
                 if stash:
                     return stash.popleft()
-                if self._exhausted or self._stop.is_set():
+                if self._exhausted:
                     return _END
-                assert self._it is not None
+                if self._it is None:
+                    self._it = iter(self._source)
                 try:
                     item = next(self._it)
                 except StopIteration:
                     self._exhausted = True
                     return _END
+                except BaseException as exc:
+                    self._exhausted = True
+                    add_note(
+                        exc, f"streambuf: raised in stage {self.name!r} by the source iterator"
+                    )
+                    raise
                 idx = self._next_index
                 self._next_index += 1
                 owner = idx % self._threads_n if self._ordered else t
@@ -120,58 +126,38 @@ class Prefetcher(Generic[T]):
                     return idx, item
                 self._stash[owner].append((idx, item))
 
-    def _produce(self, t: int) -> None:
-        idx = -1
-        try:
+    def _make_work(self, t: int) -> Callable[[], Iterator[T]]:
+        def work() -> Iterator[T]:
+            fn = self._fn
             while True:
                 got = self._pull(t)
                 if got is _END:
-                    break
+                    return
                 assert isinstance(got, tuple)
                 idx, item = got
-                if self._fn is not None:
-                    # wait for a slot before making the item: what is being made counts
-                    self._buf._await_slot(t)
-                out = self._fn(item) if self._fn is not None else item
-                self._buf.put(t, out)
-        except BufferClosed:
-            pass  # the consumer closed us: a normal stop
-        except BaseException as exc:
-            where = f"item #{idx}" if idx >= 0 else "the source iterator"
-            add_note(
-                exc,
-                f"streambuf: raised in stage {self.name!r} on thread "
-                f"{threading.current_thread().name!r} while processing {where}",
-            )
-            self._buf.abort(exc)
-        finally:
-            self._buf.finish(t)
+                if fn is None:
+                    yield item
+                    continue
+                try:
+                    out = fn(item)
+                except BaseException as exc:
+                    add_note(
+                        exc,
+                        f"streambuf: raised in stage {self.name!r} on thread "
+                        f"{threading.current_thread().name!r} while processing item #{idx}",
+                    )
+                    raise
+                yield out
 
-    def _start(self) -> None:
-        if self._started:
-            raise RuntimeError(f"{self.name}: a Prefetcher can be iterated only once")
-        self._started = True
-        self._it = iter(self._source)
-        for t in range(self._threads_n):
-            th = threading.Thread(
-                target=self._produce, args=(t,), name=f"streambuf-{self.name}-{t}", daemon=True
-            )
-            self._threads.append(th)
-            th.start()
+        return work
 
     # -- consumer ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[T]:
-        self._start()
-        try:
-            yield from self._buf
-        finally:
-            self.close()
+        yield from self._runner
 
     def close(self) -> None:
         """Stop the producers and join them (bounded by ``join_timeout_s``). Idempotent."""
-        self._stop.set()
-        self._buf.close()
-        join_all(self._threads, timeout_s=self._join_timeout_s, stops_when="at its next put")
+        self._runner.close()
 
     def __enter__(self) -> Prefetcher[T]:
         return self
@@ -181,7 +167,7 @@ class Prefetcher(Generic[T]):
 
     def stats(self) -> BufferStats:
         """Snapshot of the underlying buffer (one lane per thread)."""
-        return self._buf.stats()
+        return self._runner.stats()
 
 
 def prefetch(
@@ -202,7 +188,6 @@ def prefetch(
     See ``Prefetcher`` for the arguments. Use it in a ``with`` block (or just break out
     of the loop) and every producer thread is stopped.
     """
-    parse_count(max_items, name="max_items")
     return Prefetcher(
         iterable,
         max_items=max_items,

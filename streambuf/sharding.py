@@ -23,7 +23,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "Assignment",
@@ -46,9 +46,12 @@ class Assignment:
     stride: int = 1
     offset: int = 0
 
-    def count(self, sizes: Sequence[int]) -> int:
-        """Samples this slot delivers, given per-shard sample counts."""
-        return sum(len(range(self.offset, sizes[i], self.stride)) for i in self.shards)
+    def count(self, sizes: Sequence[int], progress: Any = None) -> int:
+        """Samples this slot delivers, given per-shard sample counts (and, resuming at a
+        new layout, minus those a ``streambuf._elastic.Progress`` says are done)."""
+        if progress is None:
+            return sum(len(range(self.offset, sizes[i], self.stride)) for i in self.shards)
+        return sum(progress.remaining(i, sizes[i], self.stride, self.offset) for i in self.shards)
 
 
 def current_rank_world() -> tuple[int, int]:
@@ -111,6 +114,7 @@ def equal_batch_counts(
     batch_size: int,
     drop_last: bool,
     mode: Equalize,
+    progress: Any = None,
 ) -> list[list[int]]:
     """Batches each (rank, worker) must yield so that every rank yields the same total.
 
@@ -122,7 +126,7 @@ def equal_batch_counts(
     slots = world_size * num_workers
     per_slot = []
     for s in range(slots):
-        n = assign(len(sizes), order, s, slots).count(sizes)
+        n = assign(len(sizes), order, s, slots).count(sizes, progress)
         per_slot.append(n // batch_size if drop_last else math.ceil(n / batch_size))
     counts = [per_slot[r * num_workers : (r + 1) * num_workers] for r in range(world_size)]
     totals = [sum(c) for c in counts]

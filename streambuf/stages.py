@@ -1,32 +1,53 @@
-"""Small ``Iterator -> Iterator`` stages: map (threads), filter, shuffle, batch, prefetch.
+"""The stages of a ``Pipeline``: small objects with an explicit state.
 
-Each is a plain generator function: the data argument positional-only, options
-keyword-only. They hold no state between calls, so a pipeline is a list of them; every
-bounded stage states what it may hold.
+A stage is configuration (picklable: it crosses into DataLoader workers) with one
+method, ``open(up, env, k, state)``, that runs it for one iteration over a stream of
+``Rec`` objects (value, position, seq; ``streambuf._ledger``) and registers, when it
+holds samples of its own, a ``snapshot()`` for the pipeline's state:
 
-* ``map_items``: with ``threads > 1`` runs ``fn`` on a thread pool through a
-  ``Prefetcher`` (bounded by ``max_items`` and ``max_bytes`` of *results*); ordered by
-  default. This is where latency-bound work gets concurrency without more processes.
-* ``shuffle_items``: a reservoir of at most ``buffer_items`` items and ``max_bytes`` bytes;
-  when either bound is reached one random item leaves. Seeded: the output order is a
-  function of the input order and the seed.
-* ``batch_items``: lists of ``n`` items passed to ``collate`` (``default_collate`` unless
-  given); the last short batch is kept unless ``drop_last``.
+* ``Map`` (``threads > 1``: the lane runner through ``Prefetcher``; ordered by default),
+  ``Prefetch``: hold samples only in flight: those are pending in the ledger; no state.
+* ``Filter``: a dropped sample is settled (it is owed to nobody).
+* ``Flatten``: children take their parent's position plus their index; a resumed parent
+  skips the children already settled.
+* ``Shuffle``: a reservoir of at most ``buffer_items`` samples (and ``max_bytes``); when
+  a bound is reached one random sample leaves. Its randomness is a counter-based
+  generator (splitmix64 of seed and draw number), so its state is the draw count, the
+  positions in its pool (in pool order) and the positions it emitted that are not
+  settled yet; a resumed shuffle takes those samples back from the replayed stream and
+  continues exactly where it was.
+* ``Batch``: groups ``n`` samples (in place, equal to ``default_collate``), looking one
+  sample ahead so that each batch knows whether it is the last one.
+
+The plain-item functions (``map_items``, ``filter_items``, ``flatten_items``,
+``shuffle_items``, ``batch_items``, ``prefetch_items``) are the same stages, for any
+iterable.
 """
 
 from __future__ import annotations
 
-import random
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from ._collate import batch_in_place
-from ._units import parse_bytes, parse_count
+from ._collate import Collator
+from ._ledger import Ledger, Rec
+from ._units import check_bool, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
 from .prefetch import Prefetcher
+from .sharding import hash_seed
 from .sizing import nbytes
 
 __all__ = [
+    "Batch",
+    "Env",
+    "Filter",
+    "Flatten",
+    "Map",
+    "Prefetch",
+    "Shuffle",
+    "Stage",
     "batch_items",
     "describe",
     "filter_items",
@@ -35,6 +56,8 @@ __all__ = [
     "prefetch_items",
     "shuffle_items",
 ]
+
+_M64 = (1 << 64) - 1
 
 
 def describe(item: Any) -> str:
@@ -47,8 +70,329 @@ def describe(item: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _stage_name(kind: str, fn: Callable[..., Any]) -> str:
+def _fn_name(kind: str, fn: Callable[..., Any]) -> str:
     return f"{kind}({getattr(fn, '__name__', type(fn).__name__)})"
+
+
+@dataclass
+class Env:
+    """What the stages of one iteration share: the ledger (and its lock), the seeds of
+    this (epoch, rank, worker, pass), each stage's byte grant, the restored flatten
+    partials, and the snapshot functions of the stages that hold samples."""
+
+    ledger: Ledger = field(default_factory=Ledger)
+    base_seed: int = 0
+    seed_parts: tuple[int, int, int, int] | None = None  # epoch, rank, worker, pass
+    stage_bytes: int | None = None
+    partial: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
+    snapshots: dict[int, Callable[[], Any]] = field(default_factory=dict)
+
+    def seed_for(self, k: int, own: int | None) -> int:
+        """Stage ``k``'s seed: hash of (its own seed or the pipeline's, epoch, rank,
+        worker, k, pass); outside a pipeline, the seed given."""
+        base = self.base_seed if own is None else own
+        if self.seed_parts is None:
+            return base
+        epoch, rank, worker, pass_index = self.seed_parts
+        return hash_seed(base, epoch, rank, worker, k, pass_index)
+
+
+class Stage:
+    """Base of the stages: ``open`` runs one iteration (see the module docstring)."""
+
+    name = "stage"
+    buffers = False  # holds samples ahead (gets a share of the Loader's stage budget)
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        fn = getattr(self, "fn", None)
+        set_epoch = getattr(fn, "set_epoch", None)
+        if callable(set_epoch):  # stage functions with per-epoch randomness
+            set_epoch(epoch)
+
+
+def _call(fn: Callable[[Any], Any], name: str) -> Callable[[Rec], Rec]:
+    def call(rec: Rec) -> Rec:
+        try:
+            return rec.with_value(fn(rec.value))
+        except Exception as exc:
+            add_note(exc, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
+            raise
+
+    return call
+
+
+@dataclass(frozen=True)
+class Map(Stage):
+    fn: Callable[[Any], Any]
+    threads: int = 1
+    ordered: bool = True
+    max_items: int | None = None
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"map(fn): fn={self.fn!r} is not callable")
+        parse_count(self.threads, name="threads")
+        check_bool(self.ordered, name="ordered")
+        if self.max_items is not None:
+            parse_count(self.max_items, name="max_items")
+        object.__setattr__(
+            self, "max_bytes", parse_optional_bytes(self.max_bytes, name="max_bytes")
+        )
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return _fn_name("map", self.fn)
+
+    @property
+    def buffers(self) -> bool:  # type: ignore[override]
+        return self.threads > 1
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        call = _call(self.fn, self.name)
+        if self.threads == 1:
+            return map(call, up)
+        depth = self.max_items if self.max_items is not None else self.threads
+        mb = self.max_bytes or env.stage_bytes or (256 << 20)
+        return iter(
+            Prefetcher(
+                up,
+                max_items=max(depth, self.threads),
+                max_bytes=mb,
+                threads=self.threads,
+                fn=call,
+                ordered=self.ordered,
+                sizeof=lambda rec: nbytes(rec.value),
+                name=self.name,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Prefetch(Stage):
+    max_items: int
+    max_bytes: int | str
+    name = "prefetch"
+    buffers = True
+
+    def __post_init__(self) -> None:
+        parse_count(self.max_items, name="max_items")
+        object.__setattr__(self, "max_bytes", parse_bytes(self.max_bytes))
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        return iter(
+            Prefetcher(
+                up,
+                max_items=self.max_items,
+                max_bytes=self.max_bytes,
+                sizeof=lambda rec: nbytes(rec.value),
+                name="prefetch",
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Filter(Stage):
+    fn: Callable[[Any], bool]
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"filter(fn): fn={self.fn!r} is not callable")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return _fn_name("filter", self.fn)
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        name, fn, ledger = self.name, self.fn, env.ledger
+        for rec in up:
+            try:
+                keep = fn(rec.value)
+            except Exception as exc:
+                add_note(exc, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
+                raise
+            if keep:
+                yield rec
+            else:
+                ledger.settle_all(rec)
+
+
+@dataclass(frozen=True)
+class Flatten(Stage):
+    name = "flatten"
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        ledger = env.ledger
+        for rec in up:
+            skip = env.partial.pop(rec.pos, None) or ()
+            children = [
+                Rec(x, (*rec.pos, j), rec.seq) for j, x in enumerate(rec.value) if j not in skip
+            ]
+            ledger.expanded(rec, len(children))
+            yield from children
+
+
+def _draw(seed: int, counter: int, n: int) -> int:
+    """Uniform-enough index in [0, n): splitmix64 of (seed, counter)."""
+    z = (seed + (counter + 1) * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return (z ^ (z >> 31)) % n
+
+
+@dataclass(frozen=True)
+class Shuffle(Stage):
+    buffer_items: int
+    max_bytes: int | None = None
+    seed: int | None = None
+    sizeof: Callable[[Any], int] = nbytes
+    name = "shuffle"
+
+    def __post_init__(self) -> None:
+        parse_count(self.buffer_items, name="buffer_items")
+        object.__setattr__(
+            self, "max_bytes", parse_optional_bytes(self.max_bytes, name="max_bytes")
+        )
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
+            raise TypeError(f"shuffle(seed={self.seed!r}) must be an int or None")
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        run = _ShuffleRun(self, env, env.seed_for(k, self.seed), state)
+        env.snapshots[k] = run.snapshot
+        return run.run(up)
+
+
+class _ShuffleRun:
+    def __init__(self, cfg: Shuffle, env: Env, seed: int, state: Any) -> None:
+        self.n, self.limit, self.sizeof = cfg.buffer_items, cfg.max_bytes, cfg.sizeof
+        self.seed = seed
+        self.ledger = env.ledger
+        self.pool: list[Rec] = []
+        self.sizes: list[int] = []
+        self.held = 0
+        self.counter = 0
+        self.emitted: deque[Rec] = deque()  # emitted, maybe not settled yet
+        self.expect: list[tuple[int, ...]] = []
+        self.replay: list[tuple[int, ...]] = []
+        if state:
+            self.counter = int(state["counter"])
+            self.expect = [tuple(p) for p in state["pool"]]
+            self.replay = [tuple(p) for p in state["emitted"]]
+
+    def snapshot(self) -> dict[str, Any]:
+        ledger = self.ledger
+        while self.emitted and not ledger.is_open(self.emitted[0]):
+            self.emitted.popleft()
+        return {
+            "counter": self.counter,
+            "pool": [list(r.pos) for r in self.pool],
+            "emitted": [list(r.pos) for r in self.emitted if ledger.is_open(r)],
+        }
+
+    def _restore(self, up: Iterator[Rec]) -> Iterator[Rec]:
+        """Take back the pool and the emitted-not-settled samples from the replay."""
+        wanted = set(self.expect) | set(self.replay)
+        got: dict[tuple[int, ...], Rec] = {}
+        extra: list[Rec] = []  # only a nondeterministic upstream sends others first
+        while len(got) < len(wanted):
+            rec = next(up, None)
+            if rec is None:
+                break
+            if rec.pos in wanted:
+                got[rec.pos] = rec
+            else:
+                extra.append(rec)
+        with self.ledger.lock:
+            self.pool = [got[p] for p in self.expect if p in got] + extra
+            self.sizes = [self._size(r) for r in self.pool]
+            self.held = sum(self.sizes)
+        for p in self.replay:
+            if p in got:
+                rec = got[p]
+                with self.ledger.lock:
+                    self.emitted.append(rec)
+                yield rec
+
+    def _size(self, rec: Rec) -> int:
+        return int(self.sizeof(rec.value)) if self.limit is not None else 0
+
+    def _take(self) -> Rec:
+        with self.ledger.lock:
+            i = _draw(self.seed, self.counter, len(self.pool))
+            self.counter += 1
+            pool, sizes = self.pool, self.sizes
+            pool[i], pool[-1] = pool[-1], pool[i]
+            sizes[i], sizes[-1] = sizes[-1], sizes[i]
+            self.held -= sizes.pop()
+            rec = pool.pop()
+            self.emitted.append(rec)
+            if len(self.emitted) > 4 * self.n + 64:  # prune what was settled long ago
+                while self.emitted and not self.ledger.is_open(self.emitted[0]):
+                    self.emitted.popleft()
+            return rec
+
+    def run(self, up: Iterator[Rec]) -> Iterator[Rec]:
+        if self.expect or self.replay:
+            yield from self._restore(up)
+        limit = self.limit
+        for rec in up:
+            size = self._size(rec)
+            with self.ledger.lock:
+                self.pool.append(rec)
+                self.sizes.append(size)
+                self.held += size
+            while self.pool and (
+                len(self.pool) >= self.n or (limit is not None and self.held > limit)
+            ):
+                yield self._take()
+        while self.pool:
+            yield self._take()
+
+
+@dataclass(frozen=True)
+class Batch(Stage):
+    n: int
+    collate: Callable[[list[Any]], Any] | None = None
+    drop_last: bool = False
+    name = "batch"
+
+    def __post_init__(self) -> None:
+        parse_count(self.n, name="batch_size")
+        check_bool(self.drop_last, name="drop_last")
+        if self.collate is not None and not callable(self.collate):
+            raise TypeError(f"batch(collate={self.collate!r}) must be callable or None")
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        """Batches as ``Rec`` objects whose ``members`` are their samples (settled by the
+        pipeline when the batch is delivered) and whose ``last`` is set on the stream's
+        last batch (one sample of lookahead tells)."""
+        nxt = next(up, None)
+        while nxt is not None:
+            col = Collator(self.n, self.collate)
+            recs: list[Rec] = []
+            while nxt is not None and col.count < self.n:
+                col.add(nxt.value)
+                nxt.value = None  # the batch holds it now
+                recs.append(nxt)
+                nxt = next(up, None)
+            if col.count < self.n and self.drop_last:
+                env.ledger.settle_all(Rec(None, (), -1, recs))
+                return
+            yield Rec(col.result(), (), -1, recs, nxt is None)
+
+
+# -- the same stages over plain items ----------------------------------------------------
+def _recs(it: Iterable[Any]) -> Iterator[Rec]:
+    return (Rec(x, (i,), i) for i, x in enumerate(it))
+
+
+def _values(recs: Iterator[Rec]) -> Iterator[Any]:
+    return (r.value for r in recs)
 
 
 def map_items(
@@ -61,67 +405,22 @@ def map_items(
     max_items: int | None = None,
     max_bytes: int | str = "256MiB",
 ) -> Iterator[Any]:
-    """Yield ``fn(x)`` for each ``x``; with ``threads > 1`` on a bounded thread pool.
+    """Yield ``fn(x)`` for each ``x``; with ``threads > 1`` on a bounded thread pool
+    (results held ahead, made or being made, at most ``max_items`` (default ``threads``)
+    and ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
+    stage = Map(fn, threads=threads, ordered=ordered, max_items=max_items, max_bytes=max_bytes)  # type: ignore[arg-type]
+    yield from _values(stage.open(_recs(it), Env(), 0, None))
 
-    Args:
-        threads: worker threads; 1 runs inline (no thread, no buffer).
-        ordered: keep input order (True) or yield results as they finish.
-        max_items: results held ahead at most, including those being made; default
-            ``threads`` (one per thread: each thread makes its next result only once
-            its previous one was taken).
-        max_bytes: bytes of results held ahead at most.
 
-    Raises:
-        Whatever ``fn`` raises, with a note naming the stage and the item.
-    """
-    name = _stage_name("map", fn)
-    threads = parse_count(threads, name="threads")
-    if threads == 1:
-        for x in it:
-            try:
-                yield fn(x)
-            except Exception as exc:
-                add_note(exc, f"streambuf: raised in stage {name!r} on {describe(x)}")
-                raise
-        return
-
-    def call(x: Any) -> Any:
-        try:
-            return fn(x)
-        except Exception as exc:
-            add_note(exc, f"streambuf: raised in stage {name!r} on {describe(x)}")
-            raise
-
-    depth = max_items if max_items is not None else threads
-    with Prefetcher(
-        it,
-        max_items=max(depth, threads),
-        max_bytes=max_bytes,
-        threads=threads,
-        fn=call,
-        ordered=ordered,
-        name=name,
-    ) as pf:
-        yield from pf
+def filter_items(it: Iterable[Any], fn: Callable[[Any], bool], /) -> Iterator[Any]:
+    """Yield the items for which ``fn(item)`` is true."""
+    yield from _values(Filter(fn).open(_recs(it), Env(), 0, None))
 
 
 def flatten_items(it: Iterable[Iterable[Any]], /) -> Iterator[Any]:
     """Yield the elements of each item, in order."""
     for x in it:
         yield from x
-
-
-def filter_items(it: Iterable[Any], fn: Callable[[Any], bool], /) -> Iterator[Any]:
-    """Yield the items for which ``fn(item)`` is true."""
-    name = _stage_name("filter", fn)
-    for x in it:
-        try:
-            keep = fn(x)
-        except Exception as exc:
-            add_note(exc, f"streambuf: raised in stage {name!r} on {describe(x)}")
-            raise
-        if keep:
-            yield x
 
 
 def shuffle_items(
@@ -134,28 +433,9 @@ def shuffle_items(
     sizeof: Callable[[Any], int] = nbytes,
 ) -> Iterator[Any]:
     """Bounded shuffle: hold up to ``buffer_items`` items (and ``max_bytes``), emit randomly.
-
-    Deterministic for a given input order and ``seed``.
-    """
-    parse_count(buffer_items, name="buffer_items")
-    limit = parse_bytes(max_bytes) if max_bytes is not None else None
-    rng = random.Random(seed)
-    pool: list[Any] = []
-    sizes: list[int] = []
-    held = 0
-    for x in it:
-        size = sizeof(x) if limit is not None else 0
-        pool.append(x)
-        sizes.append(size)
-        held += size
-        while pool and (len(pool) >= buffer_items or (limit is not None and held > limit)):
-            i = rng.randrange(len(pool))
-            pool[i], pool[-1] = pool[-1], pool[i]
-            sizes[i], sizes[-1] = sizes[-1], sizes[i]
-            held -= sizes.pop()
-            yield pool.pop()
-    rng.shuffle(pool)
-    yield from pool
+    Deterministic for a given input order and ``seed``."""
+    stage = Shuffle(buffer_items, max_bytes=max_bytes, sizeof=sizeof)  # type: ignore[arg-type]
+    yield from _values(stage.open(_recs(it), Env(base_seed=seed), 0, None))
 
 
 def batch_items(
@@ -166,23 +446,9 @@ def batch_items(
     collate: Callable[[list[Any]], Any] | None = None,
     drop_last: bool = False,
 ) -> Iterator[Any]:
-    """Group items into lists of ``n`` and yield ``collate(list)``.
-
-    Without ``collate``, batches equal ``default_collate``'s but are built in place
-    (``streambuf._collate``): the batch is never held twice.
-    """
-    parse_count(n, name="batch_size")
-    if collate is None:
-        yield from batch_in_place(it, n, drop_last=drop_last)
-        return
-    batch: list[Any] = []
-    for x in it:
-        batch.append(x)
-        if len(batch) == n:
-            yield collate(batch)
-            batch = []
-    if batch and not drop_last:
-        yield collate(batch)
+    """Group items into batches of ``n`` (``default_collate``, built in place, unless
+    ``collate`` is given); the last short batch is kept unless ``drop_last``."""
+    yield from _values(Batch(n, collate, drop_last).open(_recs(it), Env(), 0, None))
 
 
 def prefetch_items(

@@ -13,7 +13,43 @@ from typing import Any
 from .budget import BudgetStats
 from .tuning import TunerDecision
 
-__all__ = ["LoaderStats"]
+__all__ = ["BufferStats", "LoaderStats"]
+
+
+@dataclass(frozen=True)
+class BufferStats:
+    """A frozen snapshot of a buffer (or of one lane, in ``lanes``).
+
+    Attributes:
+        items, bytes: held now.
+        max_items, max_bytes: the limits in force now (a lane's slice, for a lane).
+        peak_items, peak_bytes: the most ever held at once.
+        oversize: items admitted alone because they were larger than ``max_bytes``.
+        puts, gets: items put and taken so far.
+        put_wait_s: total seconds producers spent blocked in ``put``.
+        get_wait_s: total seconds consumers spent blocked in ``get``.
+        empty_gets: ``get`` calls that found nothing ready and had to wait (the
+            depth tuner's signal: the consumer is starved).
+        lanes: one snapshot per lane (``ShardedBuffer`` only; empty otherwise).
+    """
+
+    items: int
+    bytes: int
+    max_items: int
+    max_bytes: int
+    peak_items: int
+    peak_bytes: int
+    oversize: int
+    puts: int
+    gets: int
+    put_wait_s: float
+    get_wait_s: float
+    empty_gets: int
+    lanes: tuple[BufferStats, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat dict for loggers (lanes as a list of dicts)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 from .loader import Loader
 from .pipeline import Pipeline
 from .resources import Limits, read_limits
+from .stages import Map
 
 __all__ = ["TuneResult", "load_pipeline", "tune"]
 
@@ -70,9 +71,7 @@ def _with_threads(pipe: Pipeline, threads: int) -> Pipeline:
     new = Pipeline.__new__(Pipeline)
     new.__dict__.update(pipe.__dict__)
     new._stages = tuple(
-        replace(s, args={**s.args, "threads": threads})
-        if s.kind == "map" and s.args.get("threads", 1) > 1
-        else s
+        replace(s, threads=threads) if isinstance(s, Map) and s.threads > 1 else s
         for s in pipe._stages
     )
     return new
@@ -128,7 +127,7 @@ def tune(
 
         available_bytes = memory_available()
     cap = max(1 << 20, int(min(lim.memory_bytes, available_bytes) * memory_fraction))
-    threaded = any(s.kind == "map" and s.args.get("threads", 1) > 1 for s in pipe._stages)
+    threaded = any(isinstance(s, Map) and s.threads > 1 for s in pipe._stages)
     thread_opts: tuple[int | None, ...] = tuple(threads) if threaded else (None,)
     trials: list[dict[str, Any]] = []
     for th in thread_opts:

@@ -19,19 +19,10 @@ def wait_for_threads(prefix: str = "streambuf", timeout_s: float = 5.0) -> list[
 def slot_batches(pipe, *, rank: int, world: int, worker: int, workers: int, epoch: int = 0):
     """What DataLoader worker ``worker`` of ``workers`` on ``rank`` of ``world`` yields for
     ``epoch``, computed in this process (the reference the real loaders must match)."""
-    from unittest import mock
+    from streambuf import WorkerContext
 
-    from streambuf import Pipeline
-    from streambuf import pipeline as pipeline_mod
-
-    p = Pipeline.__new__(Pipeline)
-    p.__dict__.update(pipe.__dict__)
-    p._rank_world = (rank, world)
-    with mock.patch.object(pipeline_mod, "current_worker", lambda: (worker, workers)):
-        from streambuf._shared import SharedInt
-
-        p._epoch = SharedInt(epoch)
-        return list(p)
+    ctx = WorkerContext(rank, world, worker, workers, epoch, pipe.seed)
+    return list(pipe._iterate(ctx, stage_bytes=None))
 
 
 def merged_batches(pipe, *, rank: int, world: int, workers: int, epoch: int = 0):

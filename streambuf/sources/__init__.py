@@ -1,8 +1,8 @@
 """Network shard sources: URL lists, resumable streams, tar samples, decoders, lanes.
 
-``expand_urls`` -> ``stream_shards`` (lanes of ``open_stream`` + ``iter_tar_samples``)
--> ``Decoder``; ``shards`` wraps them in a ``streambuf.Pipeline`` (``LaneReader`` per
-worker, ``shard_stats`` for the counters). Remote protocols need ``pip install streambuf[remote]``.
+``expand_urls`` -> ``stream_shards`` (lanes of ``open_stream`` + ``iter_tar_records``)
+-> ``Decoder``; ``shards`` wraps them in a ``streambuf.Pipeline`` (``TarReader`` per
+worker, ``shard_stats`` for the counters); ``ShardOptions`` holds every reading option. Remote protocols need ``pip install streambuf[remote]``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from .decoders import (
 )
 from .lanes import ShardStream, SourceStats, stream_shards
 from .opener import IOCounters, IOStats, ShardReader, open_stream
-from .pipe import LaneReader, ShardCounters, ShardTotals, shard_stats, shards
-from .tar import iter_tar_samples
+from .options import ShardOptions
+from .pipe import ShardCounters, ShardTotals, TarReader, shard_stats, shards
+from .tar import iter_tar_records, iter_tar_samples
 from .urls import expand_urls, redact, secrets_of
 
 __all__ = [
@@ -27,14 +28,16 @@ __all__ = [
     "Decoder",
     "IOCounters",
     "IOStats",
-    "LaneReader",
     "ShardCounters",
+    "ShardOptions",
     "ShardReader",
     "ShardStream",
     "ShardTotals",
     "SourceStats",
+    "TarReader",
     "decode_sample",
     "expand_urls",
+    "iter_tar_records",
     "iter_tar_samples",
     "not_skipped",
     "open_stream",

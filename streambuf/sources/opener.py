@@ -149,11 +149,13 @@ def open_stream(
     counters: IOCounters | None = None,
     min_rate_bps: float | None = 1024,
     rate_window_s: float = 10.0,
+    offset: int = 0,
 ) -> ShardReader:
     """Open ``url`` for sequential reading with retries that resume at the byte offset.
 
     Args:
         url: local path, ``file://``, ``http(s)://`` or any fsspec URL.
+        offset: the byte to start at (a ranged request for remote objects).
         storage_options: fsspec filesystem options (``endpoint_url``, ``key``, ``secret``,
             ``anon``...); values of sensitive keys are redacted from every message.
         retries: consecutive failed attempts allowed without progress (>= 0).
@@ -218,6 +220,9 @@ def open_stream(
         raw = _HTTPRaw(target, **kw)
     else:
         raw = _FsspecRaw(target, storage_options=storage_options, **kw)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset={offset!r} must be an int >= 0")
+    raw.offset = offset
     try:
         raw.open()
     except BaseException:

@@ -56,7 +56,7 @@ from typing import Any, Protocol
 from ..errors import ShardError, StageError, add_note
 from .urls import redact
 
-__all__ = ["iter_tar_samples"]
+__all__ = ["iter_tar_records", "iter_tar_samples"]
 
 _BLOCK = 512
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -96,6 +96,7 @@ class _Input:
         head = self._raw(2)
         self._pending = head
         self._gz: Any = zlib.decompressobj(31) if head == _GZIP_MAGIC else None
+        self.plain = self._gz is None  # byte offsets of the stream are offsets of the file
 
     def _raw(self, n: int) -> bytes:
         out = b""
@@ -250,21 +251,60 @@ def iter_tar_samples(
     Raises:
         ShardError: stage ``"tar"``, naming the URL and the member (see module docstring).
     """
+    for _, _, _, sample in iter_tar_records(
+        fileobj,
+        url=url,
+        max_member_bytes=max_member_bytes,
+        max_sample_bytes=max_sample_bytes,
+        max_shard_bytes=max_shard_bytes,
+    ):
+        yield sample
+
+
+def iter_tar_records(
+    fileobj: Readable,
+    /,
+    *,
+    url: str,
+    base_offset: int = 0,
+    first_index: int = 0,
+    limit: int | None = None,
+    max_member_bytes: int = 1 << 30,
+    max_sample_bytes: int | None = None,
+    max_shard_bytes: int | None = 64 << 30,
+) -> Iterator[tuple[int, int | None, int | None, dict[str, Any]]]:
+    """``iter_tar_samples`` with positions: yields ``(index, start, end, sample)``.
+
+    ``index`` counts samples from ``first_index``; ``start`` is the byte offset (in the
+    shard) of the sample's first header (extended headers included) and ``end`` that of
+    whatever follows it, so a reader can resume after sample ``index`` by opening the
+    shard at ``end`` with ``first_index=index + 1``, or fetch it alone by opening at
+    ``start`` with ``limit=1``. ``fileobj`` starts at ``base_offset`` of the shard (a
+    header boundary). Offsets are None for a gzip stream (it cannot be entered in the
+    middle: resume it by index). With ``limit``, stop after that many samples, reading
+    nothing further (no end-of-archive check).
+    """
     source = redact(url)
     member = "<first header>"
     try:
         inp = _Input(fileobj, max_bytes=max_shard_bytes)
+        plain = inp.plain
         sample: dict[str, Any] | None = None
         sample_bytes = 0
         long_name: str | None = None
         pax: dict[str, str] | None = None
+        index = first_index
+        start = chain = base_offset
         while True:
+            if long_name is None and pax is None:
+                chain = base_offset + inp.pos  # a member's first header starts here
             hdr = inp.read(_BLOCK)
             if not hdr:
                 raise _TarError("stream ended without an end-of-archive marker")
             if len(hdr) < _BLOCK:
                 raise _TarError(f"truncated header ({len(hdr)} of 512 bytes)")
             if hdr == bytes(_BLOCK):
+                chain = base_offset + inp.pos - _BLOCK
                 break
             if not _checksum_ok(hdr):
                 raise _TarError(f"bad header checksum at byte {inp.pos - _BLOCK}")
@@ -331,10 +371,14 @@ def iter_tar_samples(
                 continue
             key, field = m.group(1), m.group(2).lower()
             if sample is not None and sample["__key__"] != key:
-                yield sample
+                yield index, start if plain else None, chain if plain else None, sample
+                index += 1
                 sample, sample_bytes = None, 0
+                if limit is not None and index - first_index >= limit:
+                    return
             if sample is None:
                 sample = {"__key__": key, "__url__": source}
+                start = chain
             if field in sample:
                 raise _TarError(f"field {field!r} appears twice in sample {key!r}")
             if max_sample_bytes is not None and sample_bytes + size > max_sample_bytes:
@@ -347,7 +391,7 @@ def iter_tar_samples(
             sample[field] = data
             sample_bytes += size
         if sample is not None:
-            yield sample
+            yield index, start if plain else None, chain if plain else None, sample
         inp.drain()
     except _TarError as exc:
         raise ShardError(f"{exc} (member {member!r})", stage="tar", source=source) from exc

@@ -28,7 +28,7 @@ closed early.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -132,6 +132,7 @@ def decode_clips(
     policy: FailurePolicy | None = None,
     stats: DecodeStats | None = None,
     name: str | None = None,
+    keep: Callable[[int], bool] | None = None,
 ) -> Generator[Clip, None, None]:
     """Yield the clips ``sampler`` picks from ``source``, decoded with PyAV.
 
@@ -151,6 +152,10 @@ def decode_clips(
         stats: counters to update (see ``DecodeStats``).
         name: the video's name in messages and ``Clip.source`` (default: the path, or
             the file object's ``name``); pass a redacted URL for remote files.
+        keep: decode only the clips whose sampler position ``ci`` has ``keep(ci)`` (a
+            slot's share of a video, or the clips a resume still owes); their frames are
+            decoded as if the others were not asked for, and ``clip_index`` is still
+            the position in the sampler's full list.
 
     Yields:
         ``Clip`` objects (order: see the module docstring).
@@ -188,6 +193,7 @@ def decode_clips(
         policy,
         stats if stats is not None else DecodeStats(),
         name,
+        keep,
     )
 
 
@@ -201,6 +207,7 @@ def _decode(
     policy: FailurePolicy,
     stats: DecodeStats,
     name: str | None,
+    keep: Callable[[int], bool] | None,
 ) -> Generator[Clip, None, None]:
     av = _import_av()
     name = name or source_name(source)
@@ -219,7 +226,8 @@ def _decode(
             if threads != 1:
                 ctx.thread_type = "AUTO"
             try:
-                yield from _emit(container, stream, info, clips, size, layout, name, stats)
+                wanted = [ci for ci in range(len(clips)) if keep is None or keep(ci)]
+                yield from _emit(container, stream, info, clips, wanted, size, layout, name, stats)
             except (av.FFmpegError, _Missing) as exc:
                 raise VideoError(
                     f"cannot decode: {type(exc).__name__}: {exc}", stage="video.decode", source=name
@@ -246,6 +254,7 @@ def _emit(
     stream: Any,
     info: VideoInfo,
     clips: list[list[int]],
+    wanted: list[int],
     size: tuple[int | None, int | None],
     layout: Layout,
     name: str,
@@ -256,12 +265,12 @@ def _emit(
     kwargs = _output_size(info, size)
     sws = VideoReformatter()  # reused: one swscale context for the whole video
     slots: dict[int, list[tuple[int, int]]] = defaultdict(list)  # frame -> (clip, slot)
-    for ci, clip in enumerate(clips):
-        for t, i in enumerate(clip):
+    for ci in wanted:
+        for t, i in enumerate(clips[ci]):
             slots[i].append((ci, t))
     by_last: dict[int, list[int]] = defaultdict(list)
-    for ci, clip in enumerate(clips):
-        by_last[max(clip)].append(ci)
+    for ci in wanted:
+        by_last[max(clips[ci])].append(ci)
     pending: dict[int, torch.Tensor] = {}  # clip index -> its tensor, being filled
     for i, frame in _forward_frames(container, stream, info, sorted(slots), stats):
         converted = sws.reformat(frame, format="rgb24", threads=1, **kwargs)

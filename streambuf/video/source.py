@@ -17,19 +17,20 @@ Data flow inside one DataLoader worker (or the main process without workers)::
 * **Memory.** A worker's clips, queued *and* being built, stay within the stage budget
   the ``Loader`` grants (``max_bytes // 4 // num_workers``; 256 MiB outside a Loader),
   split evenly over the lanes: a lane reserves one clip's bytes (the largest so far)
-  before decoding it and the reservation is released when the clip leaves the buffer
-  (``_budget.LaneBudget``). A lane holding nothing may always build one clip, so a clip
-  larger than a lane's slice is built and queued alone. Not counted: one converted frame
-  per lane, the already-built part of a next clip that overlaps the current one, and
-  FFmpeg's decoder buffers.
+  in the buffer before decoding it (the package's one lane runner, ``streambuf._lanes``).
+  A lane holding nothing may always build one clip, so a clip larger than a lane's slice
+  is built and queued alone. Not counted: one converted frame per lane, the already-built
+  part of a next clip that overlaps the current one, and FFmpeg's decoder buffers.
+* **Positions.** A clip's position is (video, clip index); resuming decodes only the
+  clips not yet delivered (``VideoAccess``).
 * **Errors.** ``on_error="raise"``: the first failure reaches the consumer as a
   ``VideoError`` naming the file and stage, with a note naming the lane; clips held are
   dropped. ``"skip"``: the video is logged and counted (its clips before the damage are
   kept) and the lane goes on; more than ``max_failures`` skips per worker raise
   ``TooManyFailures``.
 * **Shutdown.** Closing the iterator (end, ``break``, an exception, Loader shutdown)
-  closes the buffer and the reservations; lanes stop at their next reservation or put,
-  close their containers and files, and are joined (bounded by ``join_timeout_s``).
+  closes the buffer; lanes stop at their next reservation or put, close their containers
+  and files, and are joined (bounded).
 """
 
 from __future__ import annotations
@@ -37,25 +38,24 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import IO, TYPE_CHECKING, Any
 
 from .._failures import FailurePolicy, OnError
-from .._threads import join_all
 from .._units import parse_count
-from ..buffer import ShardedBuffer
-from ..errors import BufferClosed, VideoError, add_note
+from ..errors import VideoError, add_note
 from ..pipeline import Pipeline, WorkerContext
 from ..sharding import Equalize
-from ..sizing import nbytes
 from ..sources.urls import UrlSpec, expand_urls, redact, secrets_of
-from ._budget import LaneBudget
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler
 
-__all__ = ["clips"]
+if TYPE_CHECKING:
+    from ..pipeline import ReaderRun
+
+__all__ = ["VideoAccess", "VideoReader", "clips"]
 
 log = logging.getLogger("streambuf")
 
@@ -89,22 +89,11 @@ def open_source(url: str, storage_options: Mapping[str, Any] | None) -> str | IO
 
 
 @dataclass(frozen=True)
-class _Subset:
-    """The clips of ``sampler`` at positions ``offset, offset + stride, ...``."""
-
-    sampler: ClipSampler
-    stride: int
-    offset: int
-
-    def sample(self, info: Any, rng: Any, /) -> list[list[int]]:
-        return self.sampler.sample(info, rng)[self.offset :: self.stride]
-
-
-@dataclass(frozen=True)
 class VideoReader:
-    """The ``Pipeline`` reader of ``clips()`` (see ``streambuf.pipeline.ReadShards``).
+    """The ``SourceReader`` of ``clips()``: configuration only, picklable.
 
-    Shards are ``(index, url)`` pairs; called inside each worker with that worker's share.
+    The pipeline's shards are ``(index, url)`` pairs; ``open`` is called inside each
+    worker with that worker's share and builds a ``VideoAccess`` for its lanes.
     """
 
     sampler: ClipSampler
@@ -116,105 +105,72 @@ class VideoReader:
     on_error: OnError = "raise"
     max_failures: int | None = None
     storage_options: Mapping[str, Any] | None = None
-    join_timeout_s: float = 2.0
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
 
-    def __call__(
+    def open(
         self,
-        shards: Sequence[tuple[int, str]],
+        source: Sequence[Any],
         /,
         *,
+        ctx: WorkerContext,
+        stage_bytes: int | None,
         stride: int,
         offset: int,
-        stage_bytes: int | None,
-        ctx: WorkerContext,
-    ) -> Iterator[Clip]:
-        if not shards:
-            return
-        run = _Run(self, min(self.threads, len(shards)), stride, offset, stage_bytes, ctx)
-        yield from run.iterate(shards)
+    ) -> ReaderRun:
+        from ..pipeline import ReaderRun
+
+        lanes = max(1, self.threads)
+        return ReaderRun(
+            access=VideoAccess(self, source, ctx=ctx, stride=stride, offset=offset),
+            lanes=lanes,
+            order="round_robin",
+            max_items=_ITEMS_PER_LANE * lanes,
+            max_bytes=stage_bytes or self.default_bytes,
+            name=_STAGE,
+        )
 
 
-class _Run:
-    """One call of a ``VideoReader``: lane threads, their buffer and byte reservations."""
+class VideoAccess:
+    """How lanes decode videos (an ``Access`` of ``streambuf._source``).
+
+    A sample's position is ``(video, clip index in the sampler's list)``; the hint after
+    a clip is ``{"done": [clip indices handed out so far in this video]}``, so a resumed
+    lane reopens its video and decodes only the clips not yet handed out (the sampler is
+    a function of (seed, epoch, video)), and ``fetch`` decodes exactly the clips asked for.
+    """
+
+    threaded = True
 
     def __init__(
         self,
         reader: VideoReader,
-        lanes: int,
+        source: Sequence[Any],
+        *,
+        ctx: WorkerContext,
         stride: int,
         offset: int,
-        stage_bytes: int | None,
-        ctx: WorkerContext,
     ) -> None:
         self.r = reader
-        self.lanes = lanes
-        max_bytes = stage_bytes or reader.default_bytes
-        # items are (lane, size, clip): the consumer releases the lane's reservation
-        self.buf: ShardedBuffer[tuple[int, int, Clip]] = ShardedBuffer(
-            lanes=lanes,
-            max_items=_ITEMS_PER_LANE * lanes,
-            max_bytes=max_bytes,
-            order="round_robin",
-            sizeof=lambda item: item[1],
-        )
-        self.budget = LaneBudget(lanes, max_bytes)
-        self.policy = FailurePolicy(reader.on_error, reader.max_failures, stage=_STAGE)
-        self.stop = threading.Event()
-        self.split = (stride, offset)
-        self.sampler: ClipSampler = (
-            reader.sampler if stride == 1 else _Subset(reader.sampler, stride, offset)
-        )
+        self.source = source
         self.ctx = ctx
-        self.clip_bytes = 0  # the largest clip so far: the reservation for the next one
+        self.stride, self.offset = stride, offset
+        self.policy = FailurePolicy(reader.on_error, reader.max_failures, stage=_STAGE)
+        self.stats = DecodeStats()
+        self._lock = threading.Lock()
 
-    def iterate(self, shards: Sequence[tuple[int, str]]) -> Iterator[Clip]:
-        workers = [
-            threading.Thread(
-                target=self._lane,
-                args=(lane, shards[lane :: self.lanes]),
-                name=f"streambuf-{_STAGE}-{lane}",
-                daemon=True,
-            )
-            for lane in range(self.lanes)
-        ]
-        for th in workers:
-            th.start()
-        try:
-            for lane, size, clip in self.buf:
-                self.budget.release(lane, size)
-                yield clip
-        finally:
-            self.stop.set()
-            self.budget.close()
-            self.buf.close()
-            join_all(workers, timeout_s=self.r.join_timeout_s, stops_when="at its next frame")
+    def name(self, shard: int) -> str:
+        return redact(self.source[shard][1], secrets=self.r._secrets)
 
-    def _lane(self, lane: int, videos: Sequence[tuple[int, str]]) -> None:
-        name = "?"
+    def _mine(self, ci: int) -> bool:
+        return ci >= self.offset and (ci - self.offset) % self.stride == 0
+
+    def _clips(self, shard: int, keep: Callable[[int], bool]) -> Iterator[Clip]:
+        index, url = self.source[shard]
+        name = redact(url, secrets=self.r._secrets)
         stats = DecodeStats()
         try:
-            for index, url in videos:
-                if self.stop.is_set():
-                    break
-                name = redact(url, secrets=self.r._secrets)
-                self._read_one(lane, index, url, name, stats)
-        except BufferClosed:
-            pass  # the consumer closed us: a normal stop
-        except BaseException as exc:
-            add_note(
-                exc,
-                f"streambuf: raised in stage {_STAGE!r} on lane {lane} (thread "
-                f"{threading.current_thread().name!r}) decoding video {name}",
-            )
-            self.buf.abort(exc)
-        finally:
-            self.buf.finish(lane)
-
-    def _read_one(self, lane: int, index: int, url: str, name: str, stats: DecodeStats) -> None:
-        try:
-            source = open_source(url, self.r.storage_options)
+            src = open_source(url, self.r.storage_options)
         except ImportError:
             raise
         except Exception as exc:
@@ -224,12 +180,12 @@ class _Run:
                 source=name,
             )
             stats.failures += 1
+            self._add(stats)
             self.policy.handle(err, source=name, error_type=VideoError)
             return
-        stride, offset = self.split
         gen = decode_clips(
-            source,
-            sampler=self.sampler,
+            src,
+            sampler=self.r.sampler,
             seed=self.ctx.seed,
             epoch=self.ctx.epoch,
             index=index,
@@ -240,29 +196,39 @@ class _Run:
             policy=self.policy,
             stats=stats,
             name=name,
+            keep=keep,
         )
         try:
-            while True:
-                # reserve before decoding: the clip being built counts in the lane's slice
-                estimate = self.clip_bytes or self.budget.slices[lane]
-                self.budget.reserve(lane, estimate)
-                try:
-                    clip = next(gen)
-                except BaseException:  # StopIteration included
-                    self.budget.release(lane, estimate)
-                    raise
-                size = nbytes(clip)
-                self.budget.adjust(lane, size - estimate)
-                self.clip_bytes = max(self.clip_bytes, size)
-                if stride != 1:  # back to the position in the full sampler's list
-                    clip.clip_index = offset + stride * int(clip.clip_index)
-                self.buf.put(lane, (lane, size, clip))
-        except StopIteration:
-            pass
+            yield from gen
+        except BaseException as exc:
+            add_note(exc, f"streambuf: while decoding video {name}")
+            raise
         finally:
             gen.close()
-            if not isinstance(source, str):
-                source.close()
+            if not isinstance(src, str):
+                src.close()
+            self._add(stats)
+
+    def _add(self, stats: DecodeStats) -> None:
+        with self._lock:
+            for f in fields(DecodeStats):
+                setattr(self.stats, f.name, getattr(self.stats, f.name) + getattr(stats, f.name))
+
+    def read(self, lane: int, shard: int, /, *, index: int, hint: Any) -> Iterator[tuple]:
+        done = list(hint["done"]) if isinstance(hint, dict) else []
+        skip = set(done)
+        for clip in self._clips(shard, lambda ci: self._mine(ci) and ci not in skip):
+            ci = int(clip.clip_index)
+            done.append(ci)
+            yield ci, None, {"done": sorted(done)}, clip
+
+    def fetch(self, shard: int, wanted: list[tuple[int, Any]], /) -> Iterator[tuple[int, Any]]:
+        want = {i for i, _ in wanted}
+        for clip in self._clips(shard, want.__contains__):
+            yield int(clip.clip_index), clip
+
+    def close(self) -> None:
+        pass  # lanes stop at their next reservation; each closes its container
 
 
 def fixed_clip_count(sampler: ClipSampler) -> int | None:

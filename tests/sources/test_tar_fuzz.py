@@ -34,6 +34,7 @@ import io
 import os
 import re
 import tarfile
+import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -90,11 +91,54 @@ def streambuf_view(data: bytes) -> tuple[list[Member], ShardError | None]:
     return got, None
 
 
+def _gzip_header_end(data: bytes) -> int | None:
+    """Offset of the deflate data of the gzip member at the start of ``data``."""
+    if len(data) < 10 or data[:2] != b"\x1f\x8b" or data[2] != 8:
+        return None
+    flags, pos = data[3], 10
+    if flags & 4:  # FEXTRA
+        if len(data) < pos + 2:
+            return None
+        pos += 2 + int.from_bytes(data[pos : pos + 2], "little")
+    for bit in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+        if flags & bit:
+            end = data.find(b"\0", pos)
+            if end < 0:
+                return None
+            pos = end + 1
+    if flags & 2:  # FHCRC
+        pos += 2
+    return pos if pos <= len(data) else None
+
+
+def gunzip_prefix(data: bytes) -> bytes:
+    """What a streaming inflater can hand out of a (maybe damaged) .tar.gz before it
+    fails: raw deflate output, byte by byte, members concatenated. The CRC is only known
+    at a member's end, so damaged-but-inflatable bytes before it are seen too."""
+    out: list[bytes] = []
+    while (start := _gzip_header_end(data)) is not None:
+        d = zlib.decompressobj(-15)
+        try:
+            for i in range(start, len(data)):
+                out.append(d.decompress(data[i : i + 1]))
+                if d.eof:
+                    break
+        except zlib.error:
+            break
+        if not d.eof:
+            break
+        data = d.unused_data[8:]  # the CRC and size trailer
+    return b"".join(out)
+
+
 def tarfile_view(data: bytes) -> list[Member]:
+    """Members Python's tarfile lists; for gzip, in the bytes that inflate before any
+    damage (tarfile's own gzip reader reads ahead and fails earlier than a stream does)."""
     out: list[Member] = []
-    mode = "r:gz" if data[:2] == b"\x1f\x8b" else "r:"
+    if data[:2] == b"\x1f\x8b":
+        data = gunzip_prefix(data)
     try:
-        tf = tarfile.open(fileobj=io.BytesIO(data), mode=mode)
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
     except Exception:
         return out
     with tf:

@@ -1,0 +1,117 @@
+"""``RunTracker``: the main process's record of where each worker is, for checkpoints.
+
+Each batch arrives with its worker's snapshot (``streambuf._iteration``), taken right
+after the worker built it; the tracker keeps, per worker, the snapshot of the last batch
+*handed to the user*, and which worker is due next in order. That is all
+``Loader.state_dict()`` needs: it never asks or pauses a worker, and batches that workers
+produced but the user has not received are not in it (they are re-derived on resume).
+
+``start()`` turns a loaded state (``streambuf._state``) into this iteration's plan: the
+epoch, the round-robin rotation (an in-order resume must continue with the worker that
+was due), and per worker what to resume from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import _state
+from ._elastic import Progress
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["IterationPlan", "RunTracker"]
+
+
+@dataclass
+class IterationPlan:
+    """What the workers of one iteration start from (``workers[w]``: logical worker w)."""
+
+    epoch: int
+    rotation: int = 0
+    workers: list[dict[str, Any] | None] = field(default_factory=list)
+    progress: Progress | None = None
+
+    @property
+    def resumes(self) -> bool:
+        return self.progress is not None or any(w is not None for w in self.workers)
+
+    def for_workers(self) -> dict[str, Any]:
+        """As plain data for the workers (``streambuf._worker.Board``)."""
+        return {
+            "workers": self.workers,
+            "progress": self.progress.to_data() if self.progress is not None else None,
+        }
+
+
+class RunTracker:
+    """See the module docstring."""
+
+    def __init__(self, pipe: Pipeline, *, num_workers: int, in_order: bool) -> None:
+        self.pipe = pipe
+        self.num_workers = max(1, num_workers)
+        self.in_order = in_order
+        self._loaded: dict[str, Any] | None = None
+        self._epoch: int | None = None
+        self._rank_world: tuple[int, int] | None = None
+        self._snaps: list[dict[str, Any] | None] = [None] * self.num_workers
+        self._next = 0
+        self._before: Progress | None = None
+
+    def load(self, state: Any) -> None:
+        self._loaded = _state.check_loadable(self.pipe, state)
+
+    def start(self, *, epoch: int, rank: int, world_size: int) -> IterationPlan:
+        """The plan of an iteration starting now (consumes a loaded state)."""
+        plan = IterationPlan(epoch=epoch, workers=[None] * self.num_workers)
+        if self._loaded is not None:
+            e, mode, snaps, progress, nxt = _state.worker_plan(
+                self.pipe,
+                self._loaded,
+                rank=rank,
+                world_size=world_size,
+                num_workers=self.num_workers,
+            )
+            self._loaded = None
+            plan.epoch, plan.progress = e, progress
+            if mode == "exact":
+                assert snaps is not None
+                plan.workers = list(snaps)
+                plan.rotation = nxt if self.in_order else 0
+        self._epoch, self._rank_world = plan.epoch, (rank, world_size)
+        self._snaps = list(plan.workers)
+        self._next = plan.rotation
+        self._before = plan.progress
+        return plan
+
+    def delivered(self, worker: int, snapshot: dict[str, Any] | None) -> None:
+        """The user received a batch of (logical) ``worker`` with this snapshot."""
+        self._snaps[worker] = snapshot
+        self._next = (worker + 1) % self.num_workers
+
+    def state_dict(self, *, epoch: int, rank_world: tuple[int, int]) -> dict[str, Any]:
+        """This rank's state (``epoch``/``rank_world``: used before any iteration)."""
+        if self._loaded is not None:  # loaded, not started: the plan it would run
+            rank, world = rank_world
+            plan = self.start(epoch=epoch, rank=rank, world_size=world)
+            self._loaded = _state.check_loadable(self.pipe, self._state(plan.epoch))
+            return self._state(plan.epoch)
+        if self._epoch is None:
+            self._epoch, self._rank_world = epoch, rank_world
+        return self._state(self._epoch)
+
+    def _state(self, epoch: int) -> dict[str, Any]:
+        rank, world = self._rank_world or (0, 1)
+        return _state.run_state(
+            self.pipe,
+            epoch=epoch,
+            rank=rank,
+            world_size=world,
+            num_workers=self.num_workers,
+            in_order=self.in_order,
+            workers=self._snaps,
+            next_worker=self._next,
+            before=self._before,
+        )

@@ -1,0 +1,174 @@
+"""``Progress``: which samples an earlier run delivered, for a resume at a new layout.
+
+A run of ``world_size x num_workers`` slots saved, for each slot, its source cursors
+and its pending samples (``streambuf._iteration``). Under another layout (other
+``num_workers`` or world size, or ``in_order=False`` where the old order cannot be
+replayed) the remainder of the epoch is re-split: a new slot reads its own shards and
+skips what is *done*. Per shard that is a set of **claims**, one per old slot that read
+it: ``(stride, offset, upto, hint)`` = "the samples ``i >= offset`` with ``(i - offset) %
+stride == 0`` and ``i < upto`` (``upto`` None: all) were handed out by that slot, and
+``hint`` is where sample ``upto`` starts" minus the **pending** samples (handed out but
+not delivered: they are delivered again, fetched by position), and the children already
+delivered of partly delivered (flattened) samples.
+
+A state saved by a run that was itself resumed this way carries its ``Progress`` along
+(``"before"``), so resuming twice, at two new layouts, still delivers each sample once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .sharding import assign, shard_order
+
+__all__ = ["Progress"]
+
+Claim = tuple[int, int, int | None, Any]  # stride, offset, upto (None: to the end), hint
+
+
+class Progress:
+    """Done samples per shard (see the module docstring); plain data via ``to_data``."""
+
+    def __init__(self) -> None:
+        self.claims: dict[int, list[Claim]] = {}
+        self.pending: dict[int, dict[int, list[Any]]] = {}  # shard -> index -> entry
+
+    # -- building -----------------------------------------------------------------------
+    def claim(self, shard: int, stride: int, offset: int, upto: int | None, hint: Any) -> None:
+        self.claims.setdefault(shard, []).append((stride, offset, upto, hint))
+
+    def add_pending(self, entry: Sequence[Any]) -> None:
+        self.pending.setdefault(int(entry[0]), {})[int(entry[1])] = list(entry)
+
+    @classmethod
+    def of_states(cls, pipe: Any, states: Sequence[dict[str, Any]]) -> Progress:
+        """What the saved ranks of one run (``states``, one per rank) delivered."""
+        before = states[0].get("before")
+        prog = cls.from_data(before) if before is not None else cls()
+        inherited = cls.from_data(before) if before is not None else None
+        for state in states:
+            layout = state["layout"]
+            world, workers, rank = layout["world_size"], layout["num_workers"], layout["rank"]
+            n = state["shards"]
+            order = shard_order(
+                n, seed=state["seed"], epoch=state["epoch"], shuffle=pipe._shuffle_shards
+            )
+            for w, snap in enumerate(state["workers"]):
+                if snap is None:
+                    continue
+                a = assign(n, order, rank * workers + w, world * workers)
+                if inherited is not None:  # what this slot owed from before and delivered
+                    still = {(int(p[0]), int(p[1])) for p in snap.get("pending") or []}
+                    for row in inherited.pending_for(a.shards, a.stride, a.offset):
+                        if (int(row[0]), int(row[1])) not in still:
+                            prog.pending.get(int(row[0]), {}).pop(int(row[1]), None)
+                prog._add_slot(list(a.shards), a.stride, a.offset, snap)
+        return prog
+
+    def _add_slot(self, shards: list[int], stride: int, offset: int, snap: dict[str, Any]) -> None:
+        if snap.get("pass", 0) > 0 or snap.get("last"):
+            for shard in shards:  # the slot's stream is behind it (repeats and trims aside)
+                self.claim(shard, stride, offset, None, None)
+            return
+        cursor = snap.get("source") or {}
+        lanes = cursor.get("lanes") or []
+        k = len(lanes)
+        first_ready = "claimed" in cursor
+        open_at: dict[int, tuple[int, Any]] = {}
+        for cur in lanes:
+            if cur is not None:
+                open_at[int(cur[0])] = (int(cur[1]), cur[2])
+        for i, shard in enumerate(shards):
+            if i in open_at:
+                upto, hint = open_at[i]
+                self.claim(shard, stride, offset, upto, hint)
+            elif self._passed(i, k, lanes, first_ready, cursor):
+                self.claim(shard, stride, offset, None, None)
+        for entry in snap.get("pending") or []:
+            self.add_pending(entry)
+
+    @staticmethod
+    def _passed(
+        i: int, k: int, lanes: list[Any], first_ready: bool, cursor: dict[str, Any]
+    ) -> bool:
+        """Was slot-list shard ``i`` read to its end (and left) by its lane?"""
+        if first_ready:
+            return i < int(cursor.get("claimed", 0))  # claimed and not open: finished
+        lane = i % k if k else 0
+        cur = lanes[lane] if k else None
+        return cur is not None and int(cur[0]) > i
+
+    # -- queries ------------------------------------------------------------------------
+    def claimed(self, shard: int, index: int) -> bool:
+        for stride, offset, upto, _ in self.claims.get(shard, ()):
+            if (
+                index >= offset
+                and (index - offset) % stride == 0
+                and (upto is None or index < upto)
+            ):
+                return True
+        return False
+
+    def done(self, shard: int, index: int) -> bool:
+        """Was sample ``index`` of ``shard`` delivered?"""
+        return self.claimed(shard, index) and index not in self.pending.get(shard, {})
+
+    def shard_done(self, shard: int) -> bool:
+        """Was every sample of ``shard`` delivered? (Its pending ones are fetched.)"""
+        claims = [c for c in self.claims.get(shard, ()) if c[2] is None]
+        if not claims:
+            return False
+        stride = claims[0][0]
+        if any(c[0] != stride for c in claims):
+            return False
+        return {c[1] for c in claims} >= set(range(stride))
+
+    def entry(self, shard: int) -> tuple[int, Any]:
+        """Where to start reading ``shard``: past a whole-shard claim's end when nothing
+        before it is left (pending samples are fetched on their own), else its start."""
+        best: tuple[int, Any] = (0, None)
+        for stride, offset, upto, hint in self.claims.get(shard, ()):
+            if stride == 1 and offset == 0 and upto is not None and hint is not None:
+                if upto > best[0]:
+                    best = (upto, hint)
+        return best
+
+    def pending_for(self, shards: Iterable[int], stride: int, offset: int) -> list[list[Any]]:
+        """The pending samples of ``shards`` in the slot share ``(stride, offset)``."""
+        out: list[list[Any]] = []
+        for shard in shards:
+            for index, row in sorted(self.pending.get(shard, {}).items()):
+                if index >= offset and (index - offset) % stride == 0:
+                    out.append(row)
+        return out
+
+    def remaining(self, shard: int, size: int, stride: int, offset: int) -> int:
+        """Samples of ``shard`` (``size`` in all) in share ``(stride, offset)`` not done."""
+        share = len(range(offset, size, stride))
+        if shard not in self.claims:
+            return share
+        if self.shard_done(shard):
+            return sum(
+                1
+                for i in self.pending.get(shard, {})
+                if i < size and i >= offset and (i - offset) % stride == 0
+            )
+        return sum(1 for i in range(offset, size, stride) if not self.done(shard, i))
+
+    # -- plain data ---------------------------------------------------------------------
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "claims": {str(s): [list(c) for c in cs] for s, cs in self.claims.items()},
+            "pending": [row for rows in self.pending.values() for row in rows.values()],
+        }
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> Progress:
+        prog = cls()
+        for shard, claims in data.get("claims", {}).items():
+            for stride, offset, upto, hint in claims:
+                prog.claim(int(shard), int(stride), int(offset), upto, hint)
+        for row in data.get("pending", []):
+            prog.add_pending(row)
+        return prog

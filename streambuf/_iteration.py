@@ -1,0 +1,196 @@
+"""One run of a ``Pipeline`` for one slot (rank x worker): ``Iteration``.
+
+It builds the slot's source (``streambuf._source.SourceRun``) and stages for each *pass*
+(one, or more when ``equalize="pad"`` repeats the slot's stream), delivers their output,
+settles what it delivers in the ledger, and can say at any moment, in plain data, where
+it is (``snapshot()``):
+
+    {"pass": p, "produced": n, "last": bool,       # n outputs delivered; stream ended?
+     "source": {...cursor...},                     # SourceRun.cursor()
+     "pending": [[shard, index, hint], ...],       # handed out, not settled, seq order
+     "stages": {"k": {...}}}                       # stages that hold samples (shuffle)
+
+The snapshot describes exactly the outputs already delivered: everything the threads
+ran ahead on is in ``pending`` or past a cursor. ``Iteration(resume=snapshot)`` continues
+from it (the same slot of the same layout: identical remainder); ``progress=`` (a
+``streambuf._elastic.Progress``) skips what another layout already delivered.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ._access import ExpandAccess, ItemAccess
+from ._ledger import Ledger, Rec
+from ._source import SourceRun
+from .sharding import assign, shard_order
+from .stages import Batch, Env
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline, WorkerContext
+
+__all__ = ["Iteration"]
+
+
+def _close(it: Any) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+class Iteration:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        pipe: Pipeline,
+        ctx: WorkerContext,
+        *,
+        stage_bytes: int | None,
+        resume: dict[str, Any] | None = None,
+        progress: Any = None,
+    ) -> None:
+        self.pipe, self.ctx = pipe, ctx
+        self.stage_bytes = pipe._per_stage_bytes(stage_bytes)
+        self.ledger = Ledger()
+        self.resume = resume
+        self.progress = progress
+        self.pass_index = int(resume["pass"]) if resume else 0
+        self.produced = int(resume["produced"]) if resume else 0
+        self.last = bool(resume.get("last", False)) if resume else False
+        counts = pipe.batch_counts(
+            world_size=ctx.world_size,
+            num_workers=ctx.num_workers,
+            epoch=ctx.epoch,
+            progress=progress,
+        )
+        self.target = None if counts is None else counts[ctx.rank][ctx.worker]
+        self._source: SourceRun | None = None
+        self._env: Env | None = None
+        self._batched = any(isinstance(s, Batch) for s in pipe._stages)
+
+    @property
+    def done(self) -> bool:
+        if self.target is not None:
+            return self.produced >= self.target
+        return self.last
+
+    # -- building one pass --------------------------------------------------------------
+    def _open_source(self, env: Env, resume: dict[str, Any] | None) -> Iterator[Rec]:
+        pipe, ctx = self.pipe, self.ctx
+        if not pipe._is_seq:
+            if resume is not None or self.progress is not None:
+                raise ValueError("a pipeline over a one-shot iterable cannot be resumed")
+            return (
+                Rec(x, (0, i), i)
+                for i, x in itertools.islice(enumerate(pipe._source), ctx.slot, None, ctx.slots)
+            )
+        source: Any = pipe._source
+        n = len(source)
+        order = shard_order(n, seed=pipe._seed, epoch=ctx.epoch, shuffle=pipe._shuffle_shards)
+        a = assign(n, order, ctx.slot, ctx.slots)
+        kw: dict[str, Any] = {}
+        if pipe._reader is not None:
+            run = pipe._reader.open(
+                source, ctx=ctx, stage_bytes=self.stage_bytes, stride=a.stride, offset=a.offset
+            )
+            access = run.access
+            kw = dict(
+                lanes=run.lanes,
+                order=run.order,
+                max_items=run.max_items,
+                max_bytes=run.max_bytes,
+                name=run.name,
+            )
+        else:
+            access = (
+                ItemAccess(source) if pipe._expand is None else ExpandAccess(source, pipe._expand)
+            )
+            kw = dict(lanes=1, name="source")
+        src = SourceRun(
+            access,
+            a.shards,
+            ledger=self.ledger,
+            stride=a.stride,
+            offset=a.offset,
+            cursor=resume["source"] if resume else None,
+            pending=resume["pending"] if resume else None,
+            progress=self.progress if self.pass_index == 0 else None,
+            **kw,
+        )
+        self._source = src
+        env.partial = src.partial
+        return iter(src)
+
+    def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
+        ctx = self.ctx
+        env = Env(
+            ledger=self.ledger,
+            base_seed=self.pipe._seed,
+            seed_parts=(ctx.epoch, ctx.rank, ctx.worker, self.pass_index),
+            stage_bytes=self.stage_bytes,
+        )
+        self._env = env
+        it = self._open_source(env, resume)
+        states = (resume or {}).get("stages") or {}
+        for k, stage in enumerate(self.pipe._stages):
+            stage.set_epoch(ctx.epoch)
+            it = stage.open(it, env, k, states.get(str(k)))
+        return it if self._batched else _lookahead(it)
+
+    # -- delivery -----------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        resume = self.resume
+        if resume is not None and self.done:
+            return  # the saved state had delivered everything
+        while True:
+            it = self._open_pass(resume)
+            resume = None
+            got = 0
+            try:
+                for rec in it:
+                    if self.target is not None and self.produced >= self.target:
+                        return
+                    self.ledger.settle_all(rec)
+                    self.produced += 1
+                    self.last = rec.last
+                    got += 1
+                    yield rec.value
+                    if self.target is not None and self.produced >= self.target:
+                        return
+            finally:
+                _close(it)
+            if self.target is None or self.produced >= self.target:
+                self.last = True
+                return
+            if got == 0:
+                ctx = self.ctx
+                raise ValueError(
+                    f"equalize: rank {ctx.rank} worker {ctx.worker} must yield {self.target} "
+                    f"batches but its stream is empty (a filter dropped everything?)"
+                )
+            self.pass_index += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """Where this iteration is, as plain data (see the module docstring)."""
+        with self.ledger.lock:
+            env, src = self._env, self._source
+            return {
+                "pass": self.pass_index,
+                "produced": self.produced,
+                "last": self.done,
+                "source": src.cursor() if src is not None else None,
+                "pending": self.ledger.pending() + (src.unissued() if src is not None else []),
+                "stages": {str(k): f() for k, f in env.snapshots.items()} if env else {},
+            }
+
+
+def _lookahead(it: Iterator[Rec]) -> Iterator[Rec]:
+    """Mark the last record of a stream (without batches, each output is a record)."""
+    nxt = next(it, None)
+    while nxt is not None:
+        cur, nxt = nxt, next(it, None)
+        cur.last = nxt is None
+        yield cur

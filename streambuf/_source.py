@@ -1,0 +1,280 @@
+"""``SourceRun``: one slot's shards read by lanes, with positions, cursors and replay.
+
+Every source of a ``Pipeline`` (plain items, ``expand``-ed shards, tar shards, videos) is
+an ``Access``: ``read(lane, shard, index=, hint=)`` streams one shard from a sample on,
+yielding ``(index, start_hint, next_hint, value)``, and ``fetch(shard, wanted)`` gets
+particular samples back by ``(index, hint)`` (a hint is how to get there cheaply: a tar
+member's byte offset, a video's clip count; None means "count from the start").
+
+``SourceRun`` reads a slot's shard list (its ``Assignment``) with ``lanes`` threads
+through the one ``LaneRunner`` (or inline, ``lanes == 0``), keeps the slot's sample share
+(``stride``/``offset``), and hands out ``Rec`` objects, recording each in the ``Ledger``.
+
+An access with ``threaded = False`` (plain items, ``expand``) is read inline, in the
+consumer's thread, as one lane.
+
+**Cursor** (``cursor()``, under the ledger's lock): per lane, where the consumer side is:
+``[slot_index, next_index, next_hint]`` (``slot_index`` in the slot's shard list) or
+None before its first sample; plus the round-robin lane due next, or, for
+``first_ready``, how many shards the lanes have claimed. Everything a lane read past its
+cursor is re-read after a resume; everything before it is behind the consumer except the
+ledger's pending samples.
+
+**Resume** (``cursor=``, ``pending=``): the pending samples are fetched
+(concurrently, grouped by shard) and handed out first, in their original order, while
+the lanes reopen their shards at their cursors; then the lanes continue. **Elastic**
+(``progress=``): shards and samples that a ``streambuf._elastic.Progress`` marks done are
+skipped (a shard is entered at the furthest known point), its pending samples fetched.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from ._lanes import LaneRunner
+from ._ledger import Ledger, Rec
+from .buffer import Order
+from .sizing import nbytes
+
+__all__ = ["Access", "SourceRun"]
+
+
+class Access(Protocol):
+    """How one kind of source reads its shards (see the module docstring)."""
+
+    def read(
+        self, lane: int, shard: int, /, *, index: int, hint: Any
+    ) -> Iterator[tuple[int, Any, Any, Any]]: ...
+
+    def fetch(self, shard: int, wanted: list[tuple[int, Any]], /) -> Iterator[tuple[int, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+class SourceRun:
+    """Read ``shard_ids`` (a slot's list) as ``Rec`` objects; see the module docstring."""
+
+    def __init__(
+        self,
+        access: Access,
+        shard_ids: Sequence[int],
+        /,
+        *,
+        ledger: Ledger,
+        lanes: int,
+        order: Order = "round_robin",
+        stride: int = 1,
+        offset: int = 0,
+        max_items: int = 64,
+        max_bytes: int = 256 << 20,
+        sizeof: Callable[[Any], int] = nbytes,
+        name: str = "source",
+        cursor: dict[str, Any] | None = None,
+        pending: list[list[Any]] | None = None,
+        progress: Any = None,
+        join_timeout_s: float = 1.0,
+    ) -> None:
+        self.access = access
+        self.shard_ids = list(shard_ids)
+        self.ledger = ledger
+        self.order: Order = order
+        self.lanes = min(lanes, len(self.shard_ids))
+        self.stride, self.offset = stride, offset
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.sizeof = sizeof
+        self.name = name
+        self.progress = progress
+        self.join_timeout_s = join_timeout_s
+        k = max(1, self.lanes)
+        resumed = cursor is not None or pending is not None
+        cursor = cursor or {}
+        self._cur: list[list[Any] | None] = list(cursor.get("lanes") or [None] * k)
+        if len(self._cur) != k:
+            raise ValueError(f"resume state has {len(self._cur)} lanes, this run has {k}")
+        self._next_lane = int(cursor.get("next_lane", 0))
+        self._claimed = int(cursor.get("claimed", 0))
+        self._claim_lock = threading.Lock()
+        pending = list(pending or [])
+        if progress is not None and not resumed:  # an exact resume owes its own list
+            pending += progress.pending_for(self.shard_ids, stride, offset)
+        self._pending = pending
+        self._replayed_n = 0  # how many of them were handed out again
+        self.partial: dict[tuple[int, ...], list[int]] = {
+            (int(p[0]), int(p[1])): list(p[3]) for p in pending if len(p) > 3
+        }
+        self._seq = 0
+        self._reading: list[int | None] = [None] * k  # the shard each lane is on
+
+    # -- the slot's share and what is already done ----------------------------------------
+    def _keep(self, shard: int, index: int) -> bool:
+        if index < self.offset or (index - self.offset) % self.stride:
+            return False  # another slot's sample (a shard split by sample)
+        # claimed by an older layout: delivered, or pending and replayed on its own
+        return self.progress is None or not self.progress.claimed(shard, index)
+
+    def _entry(self, shard: int, index: int, hint: Any) -> tuple[int, Any]:
+        if self.progress is not None and index == 0 and hint is None:
+            return self.progress.entry(shard)
+        return index, hint
+
+    # -- lanes --------------------------------------------------------------------------
+    def _lane_shards(self, lane: int) -> Iterator[tuple[int, int, Any]]:
+        """(slot_index, start index, hint) for each shard lane ``lane`` reads, in order."""
+        cur = self._cur[lane]
+        if self.order == "first_ready":
+            if cur is not None:
+                yield int(cur[0]), int(cur[1]), cur[2]
+            while True:
+                with self._claim_lock:
+                    i = self._claimed
+                    if i >= len(self.shard_ids):
+                        return
+                    self._claimed += 1
+                yield i, 0, None
+        k = max(1, self.lanes)
+        first = lane if cur is None else int(cur[0])
+        for i in range(first, len(self.shard_ids), k):
+            if cur is not None and i == int(cur[0]):
+                yield i, int(cur[1]), cur[2]
+            else:
+                yield i, 0, None
+
+    def _work(self, lane: int) -> Iterator[tuple[int, int, int, Any, Any, Any]]:
+        todo = (
+            (i, *self._entry(self.shard_ids[i], index, hint))
+            for i, index, hint in self._lane_shards(lane)
+            if self.progress is None or not self.progress.shard_done(self.shard_ids[i])
+        )
+        prepare = getattr(self.access, "prepare", None) if self.order == "round_robin" else None
+        nxt = next(todo, None)
+        while nxt is not None:
+            (i, index, hint), nxt = nxt, next(todo, None)
+            shard = self.shard_ids[i]
+            self._reading[lane] = shard
+            if prepare is not None:  # the shard after this one (readahead)
+                prepare(
+                    lane, None if nxt is None else self.shard_ids[nxt[0]], *(nxt[1:] if nxt else ())
+                )
+            for j, h0, h1, value in self.access.read(lane, shard, index=index, hint=hint):
+                if self._keep(shard, j):
+                    yield lane, i, j, h0, h1, value
+
+    # -- replay of pending samples --------------------------------------------------------
+    def _replay(self) -> Iterator[tuple[Any, Any, Any]]:
+        """The pending samples, fetched by shard group, in their original order."""
+        groups: dict[int, list[tuple[int, Any]]] = {}
+        for p in self._pending:
+            groups.setdefault(int(p[0]), []).append((int(p[1]), p[2]))
+        pool = ThreadPoolExecutor(
+            max_workers=max(1, min(len(groups), self.lanes or 1, 8)),
+            thread_name_prefix=f"streambuf-{self.name}-replay",
+        )
+        futures: dict[int, Future[dict[int, Any]]] = {
+            shard: pool.submit(self._fetch, shard, wanted) for shard, wanted in groups.items()
+        }
+        try:
+            for p in self._pending:
+                shard, index = int(p[0]), int(p[1])
+                got = futures[shard].result()
+                if index not in got:
+                    raise LookupError(
+                        f"resume: sample {index} of shard {shard} is gone (the data changed "
+                        "since the state was saved?)"
+                    )
+                yield (shard, index), p[2], got.pop(index)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _describe(self, lane: int) -> str | None:
+        shard = self._reading[lane]
+        if shard is None:
+            return None
+        name = getattr(self.access, "name", None)
+        return f"reading shard {name(shard) if name is not None else shard}"
+
+    def _fetch(self, shard: int, wanted: list[tuple[int, Any]]) -> dict[int, Any]:
+        return dict(self.access.fetch(shard, wanted))
+
+    def _issue(
+        self, pos: tuple[int, int], hint: Any, value: Any, settled: list[int] | None = None
+    ) -> Rec:
+        rec = Rec(value, pos, self._seq)
+        self._seq += 1
+        self.ledger.issued(rec.seq, pos, hint, settled)
+        return rec
+
+    def __iter__(self) -> Iterator[Rec]:
+        if not self.shard_ids:
+            yield from self._replayed()
+            return
+        runner = None
+        self._runner: LaneRunner[Any] | None = None
+        if getattr(self.access, "threaded", True):
+            runner = LaneRunner(
+                [functools.partial(self._work, t) for t in range(self.lanes)],
+                order=self.order,
+                max_items=max(self.max_items, self.lanes),
+                max_bytes=self.max_bytes,
+                name=self.name,
+                join_timeout_s=self.join_timeout_s,
+                start_lane=self._next_lane,
+                on_close=self.access.close,
+                stops_when="when its read returns",
+                sizeof=_sizeof_of(self.sizeof),
+                describe=self._describe,
+            )
+            runner.start()
+            self._runner = runner
+        try:
+            yield from self._replayed()
+            items = runner if runner is not None else self._work(0)
+            k = max(1, self.lanes)
+            for lane, i, j, h0, h1, value in items:
+                with self.ledger.lock:
+                    rec = self._issue((self.shard_ids[i], j), h0, value)
+                    self._cur[lane] = [i, j + 1, h1]
+                    self._next_lane = (lane + 1) % k
+                yield rec
+        finally:
+            if runner is not None:
+                runner.close()
+            else:
+                self.access.close()
+
+    def _replayed(self) -> Iterator[Rec]:
+        if not self._pending:
+            return
+        for pos, hint, value in self._replay():
+            with self.ledger.lock:
+                row = self._pending[self._replayed_n]
+                rec = self._issue(pos, hint, value, row[3] if len(row) > 3 else None)
+                self._replayed_n += 1
+            yield rec
+
+    def unissued(self) -> list[list[Any]]:
+        """Pending samples of the resumed state not handed out again yet: still owed
+        (call under the ledger's lock)."""
+        return [list(p) for p in self._pending[self._replayed_n :]]
+
+    def buffer_stats(self) -> Any:
+        """The lanes' buffer (``BufferStats``), or None when read inline."""
+        runner = getattr(self, "_runner", None)
+        return runner.stats() if runner is not None else None
+
+    def cursor(self) -> dict[str, Any]:
+        """Where the consumer side is (call under the ledger's lock)."""
+        out: dict[str, Any] = {"lanes": [list(c) if c is not None else None for c in self._cur]}
+        if self.order == "first_ready":
+            out["claimed"] = self._claimed
+        else:
+            out["next_lane"] = self._next_lane
+        return out
+
+
+def _sizeof_of(sizeof: Callable[[Any], int]) -> Callable[[Any], int]:
+    """A lane item is ``(lane, slot_index, index, h0, h1, value)``: size its value."""
+    return lambda item: sizeof(item[5])

@@ -1,0 +1,227 @@
+"""``TarAccess``: how lanes read tar shards (an ``Access`` of ``streambuf._source``).
+
+* ``read(lane, shard, index=, hint=)``: open the shard at byte ``hint`` (the start of
+  sample ``index``, recorded while streaming; a ranged request for HTTP/S3) and stream
+  its samples from there: a resumed shard never re-reads what is behind the consumer.
+  Without a hint (a gzip shard, or a new shard) it starts at byte 0 and skips ``index``
+  samples by parsing.
+* ``fetch(shard, wanted)``: get particular samples back (the pending ones of a resume):
+  each run of consecutive samples is one request from its first sample's offset.
+* **Readahead**: when fewer than ``readahead_bytes`` of a lane's shard remain, its next
+  shard (``prepare``) is opened on a helper thread and its first ``readahead_bytes``
+  fetched, hiding the request latency between shards.
+* **Errors**: ``on_error="raise"``: the failure reaches the consumer as ``ShardError``
+  (URL redacted, a note naming the shard); ``"skip"``: logged and counted, the lane goes
+  on with its next shard, a failed shard keeping its good prefix; more than
+  ``max_failures`` skips raise ``TooManyFailures``.
+* ``close()`` aborts every in-flight read (lanes then stop at once).
+
+Counters (shards done/skipped, I/O) are this access's, published to the pipeline's
+``ShardCounters`` by ``publish``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .._failures import FailurePolicy
+from ..errors import ShardError, add_note
+from .opener import IOCounters, ShardReader, open_stream
+from .options import ShardOptions
+from .tar import iter_tar_records
+from .urls import redact, secrets_of
+
+__all__ = ["TarAccess"]
+
+_STAGE = "shards"
+
+
+class _Prefixed:
+    """``read`` from ``head`` first, then from the stream (a shard read ahead)."""
+
+    def __init__(self, head: bytes, stream: ShardReader) -> None:
+        self._head = memoryview(head)
+        self._stream = stream
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            out = bytes(self._head[:n] if n >= 0 else self._head)
+            self._head = self._head[len(out) :]
+            return out
+        return self._stream.read(n)
+
+
+class _Ahead:
+    """A shard opened early on a helper thread, with its first bytes read."""
+
+    def __init__(self, access: TarAccess, shard: int, index: int, hint: Any) -> None:
+        self.key = (shard, index, hint)
+        self.stream: ShardReader | None = None
+        self.head = b""
+        self.error: BaseException | None = None
+        self._access = access
+        self._thread = threading.Thread(
+            target=self._run, name=f"streambuf-{_STAGE}-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.stream = self._access._open(self.key[0], self.key[2] or 0)
+            self.head = self.stream.read(self._access.options.readahead_bytes)  # type: ignore[arg-type]
+        except BaseException as exc:
+            self.error = exc
+
+    def take(self) -> tuple[ShardReader, bytes]:
+        self._thread.join()
+        if self.error is not None:
+            if self.stream is not None:
+                self.stream.close()
+            raise self.error
+        assert self.stream is not None
+        return self.stream, self.head
+
+    def cancel(self, timeout_s: float = 1.0) -> None:
+        if self.stream is not None:
+            self.stream.abort()
+        self._thread.join(timeout_s)
+        if self.stream is not None:
+            self.stream.close()
+
+
+class TarAccess:
+    """Reads ``urls[shard]`` for the lanes of one iteration (see the module docstring)."""
+
+    threaded = True
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        options: ShardOptions,
+        *,
+        lanes: int,
+        stride: int = 1,
+        offset: int = 0,
+    ) -> None:
+        self.urls = list(urls)
+        self.options = options
+        self.stride, self.offset = stride, offset  # the slot's share of each shard
+        self._sem = (
+            threading.BoundedSemaphore(options.max_concurrent_io)
+            if options.max_concurrent_io is not None
+            else None
+        )
+        self.io = IOCounters()
+        self.policy = FailurePolicy(options.on_error, options.max_failures, stage=_STAGE)
+        self._secrets = secrets_of(options.storage_options)
+        self._lock = threading.Lock()
+        self.shards_done = 0
+        self._current: list[ShardReader | None] = [None] * max(1, lanes)
+        self._next: list[tuple[int, int, Any] | None] = [None] * max(1, lanes)
+        self._ahead: list[_Ahead | None] = [None] * max(1, lanes)
+        self._closed = False
+
+    def _open(self, shard: int, offset: int) -> ShardReader:
+        return open_stream(
+            self.urls[shard],
+            offset=offset,
+            max_concurrent_io=self._sem,
+            counters=self.io,
+            **self.options.transport(),
+        )
+
+    def name(self, shard: int) -> str:
+        return redact(self.urls[shard], secrets=self._secrets)
+
+    def prepare(self, lane: int, shard: int | None, index: int = 0, hint: Any = None) -> None:
+        """Lane ``lane`` reads ``shard`` (from ``index``/``hint``) after its current one."""
+        self._next[lane] = None if shard is None else (shard, index, hint)
+
+    # -- sequential reads ---------------------------------------------------------------
+    def read(self, lane: int, shard: int, /, *, index: int, hint: Any) -> Iterator[tuple]:
+        name = self.name(shard)
+        start = int(hint) if hint is not None else 0
+        try:
+            stream, head = self._stream_for(lane, shard, index, hint)
+            with stream:
+                self._current[lane] = stream
+                src: Any = _Prefixed(head, stream) if head else stream
+                records = iter_tar_records(
+                    src,
+                    url=name,
+                    base_offset=start,
+                    first_index=index if hint is not None else 0,
+                    **self.options.tar(),
+                )
+                stride, offset = self.stride, self.offset
+                for j, h0, h1, sample in records:
+                    self._maybe_read_ahead(lane, stream)
+                    if j >= index and j >= offset and (j - offset) % stride == 0:
+                        yield j, h0, h1, sample
+            with self._lock:
+                self.shards_done += 1
+        except Exception as exc:
+            if self._closed:
+                return
+            add_note(exc, f"streambuf: while reading shard {name}")
+            self.policy.handle(exc, source=name, error_type=ShardError, what="shard failed")
+        finally:
+            self._current[lane] = None
+
+    def _stream_for(
+        self, lane: int, shard: int, index: int, hint: Any
+    ) -> tuple[ShardReader, bytes]:
+        ahead, self._ahead[lane] = self._ahead[lane], None
+        if ahead is not None:
+            if ahead.key == (shard, index, hint):
+                return ahead.take()
+            ahead.cancel()
+        return self._open(shard, int(hint) if hint is not None else 0), b""
+
+    def _maybe_read_ahead(self, lane: int, stream: ShardReader) -> None:
+        ra = int(self.options.readahead_bytes)
+        nxt = self._next[lane]
+        if not ra or nxt is None or self._ahead[lane] is not None or stream.size is None:
+            return
+        if stream.size - stream.offset <= ra:
+            self._ahead[lane] = _Ahead(self, *nxt)
+            self._next[lane] = None
+
+    # -- fetching particular samples ----------------------------------------------------
+    def fetch(self, shard: int, wanted: list[tuple[int, Any]], /) -> Iterator[tuple[int, Any]]:
+        runs: list[list[tuple[int, Any]]] = []
+        for index, hint in sorted(wanted, key=lambda w: w[0]):
+            if runs and index == runs[-1][-1][0] + 1 and hint is not None:
+                runs[-1].append((index, hint))
+            else:
+                runs.append([(index, hint)])
+        name = self.name(shard)
+        for run in runs:
+            first, hint = run[0]
+            want = {i for i, _ in run}
+            start = int(hint) if hint is not None else 0
+            with self._open(shard, start) as stream:
+                records = iter_tar_records(
+                    stream,
+                    url=name,
+                    base_offset=start,
+                    first_index=first if hint is not None else 0,
+                    limit=len(run) if hint is not None else run[-1][0] + 1,
+                    **self.options.tar(),
+                )
+                for j, _, _, sample in records:
+                    if j in want:
+                        yield j, sample
+
+    def close(self) -> None:
+        """Abort every in-flight read (called from the consumer's thread)."""
+        self._closed = True
+        for s in list(self._current):
+            if s is not None:
+                s.abort()
+        for i, a in enumerate(self._ahead):
+            if a is not None:
+                a.cancel()
+                self._ahead[i] = None

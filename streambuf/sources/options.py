@@ -1,0 +1,134 @@
+"""``ShardOptions``: every option of reading tar shards, defined and validated once.
+
+``shards()`` (the public entry point, whose keyword arguments mirror these fields one
+for one: a test holds them equal), ``stream_shards()`` and the per-worker reader all pass
+this one object along; nothing below re-lists them. Validation happens when it is built,
+in the calling process, so a bad value fails at ``shards(...)`` with a message naming
+the argument, never later in a worker.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from .._failures import FailurePolicy, OnError
+from .._units import (
+    check_choice,
+    check_int,
+    check_seconds,
+    parse_bytes,
+    parse_count,
+    parse_optional_bytes,
+)
+from ..buffer import Order
+
+__all__ = ["ShardOptions"]
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    """How shards are read (see ``streambuf.shards`` for each field's meaning)."""
+
+    lanes: int = 3
+    max_items: int = 64
+    max_bytes: int | str = "256MiB"
+    order: Order = "round_robin"
+    max_concurrent_io: int | None = None
+    readahead_bytes: int | str = "1MiB"
+    on_error: OnError = "raise"
+    max_failures: int | None = None
+    storage_options: Mapping[str, Any] | None = None
+    retries: int = 5
+    backoff_s: float = 0.2
+    max_backoff_s: float = 5.0
+    timeout_s: float = 30.0
+    min_rate_bps: float | None = 1024
+    rate_window_s: float = 10.0
+    block_bytes: int | str = "1MiB"
+    max_member_bytes: int | str = "1GiB"
+    max_sample_bytes: int | str | None = None
+    max_shard_bytes: int | str | None = "64GiB"
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        parse_count(self.lanes, name="lanes")
+        parse_count(self.max_items, name="max_items")
+        put(self, "max_bytes", parse_bytes(self.max_bytes, name="max_bytes"))
+        check_choice(self.order, name="order", choices=("round_robin", "first_ready"))
+        if self.max_concurrent_io is not None:
+            parse_count(self.max_concurrent_io, name="max_concurrent_io")
+        ra = self.readahead_bytes
+        put(self, "readahead_bytes", 0 if ra == 0 else parse_bytes(ra, name="readahead_bytes"))
+        FailurePolicy(self.on_error, self.max_failures, stage="shards")  # validates both
+        if self.max_failures is not None:
+            check_int(self.max_failures, name="max_failures")
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise TypeError(f"storage_options={self.storage_options!r} must be a dict or None")
+        put(self, "storage_options", dict(self.storage_options) if self.storage_options else None)
+        check_int(self.retries, name="retries")
+        check_seconds(self.backoff_s, name="backoff_s", allow_zero=True)
+        check_seconds(self.max_backoff_s, name="max_backoff_s", allow_zero=True)
+        check_seconds(self.timeout_s, name="timeout_s")
+        if self.min_rate_bps is not None:
+            rate = self.min_rate_bps
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, int | float)
+                or not math.isfinite(rate)
+                or rate < 0
+            ):
+                raise ValueError(
+                    f"min_rate_bps={rate!r} must be bytes per second >= 0 (0 or None: no rule)"
+                )
+        check_seconds(self.rate_window_s, name="rate_window_s")
+        put(self, "block_bytes", parse_bytes(self.block_bytes, name="block_bytes"))
+        put(self, "max_member_bytes", parse_bytes(self.max_member_bytes, name="max_member_bytes"))
+        put(
+            self,
+            "max_sample_bytes",
+            parse_optional_bytes(self.max_sample_bytes, name="max_sample_bytes"),
+        )
+        put(
+            self,
+            "max_shard_bytes",
+            parse_optional_bytes(self.max_shard_bytes, name="max_shard_bytes"),
+        )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def pick(cls, kwargs: Mapping[str, Any]) -> ShardOptions:
+        """Build from the entries of ``kwargs`` that are options (others are ignored)."""
+        return cls(**{k: v for k, v in kwargs.items() if k in cls.names()})
+
+    def transport(self) -> dict[str, Any]:
+        """Keyword arguments of ``open_stream`` (without the per-call ones)."""
+        return {
+            k: getattr(self, k)
+            for k in (
+                "storage_options",
+                "retries",
+                "backoff_s",
+                "max_backoff_s",
+                "timeout_s",
+                "block_bytes",
+                "min_rate_bps",
+                "rate_window_s",
+            )
+        }
+
+    def tar(self) -> dict[str, Any]:
+        """Keyword arguments of ``iter_tar_records`` (the untrusted-shard limits)."""
+        return {
+            "max_member_bytes": self.max_member_bytes,
+            "max_sample_bytes": self.max_sample_bytes,
+            "max_shard_bytes": self.max_shard_bytes,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
