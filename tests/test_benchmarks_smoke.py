@@ -8,6 +8,8 @@ test_bench_video_smoke.py.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -136,3 +138,20 @@ def test_cli_bench_buffer_and_help(tmp_path, capsys):
     assert exc.value.code == 0
     help_text = capsys.readouterr().out
     assert "GPU busy fraction" in help_text and "--allow-cpu" in help_text
+
+
+def test_a_missing_matplotlib_skips_the_plot_and_names_the_extra(tmp_path, monkeypatch, capsys):
+    from streambuf.bench._report import plot_ladder
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path = plot_ladder(
+        str(tmp_path),
+        "x",
+        title="t",
+        depths=[1, 2],
+        throughput=[1.0, 2.0],
+        memory_mib=None,
+        points=[("streambuf", 3.0, None)],
+    )
+    assert path is None and not (tmp_path / "x.png").exists()
+    assert "streambuf[bench]" in capsys.readouterr().out
