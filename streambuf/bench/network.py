@@ -27,6 +27,7 @@ it. Medians of interleaved repeats; the JSON holds every run.
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import time
@@ -253,8 +254,6 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
     mode = mode_of(quick=quick, tiny=tiny)
     s = settings(mode)
     require("webdataset", purpose="the network benchmark's webdataset peer")
-    import os
-
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(loopback_env(saved))  # loopback only: never through a proxy

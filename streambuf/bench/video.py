@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ._deps import importable, require
+from ._deps import importable, progress, require
 from ._harness import environment, median, mode_of
 from ._report import Headline, best_peer, check_runs, print_table, write_json
 from ._video_data import make_videos
@@ -191,15 +191,18 @@ def _rows(
     expected = len(paths) * cfg.clips_per_video
     names = list(variants)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    for r in range(cfg.repeats):
-        for k in range(len(names)):
-            name = names[(k + r) % len(names)]  # rotate: no variant always goes first
-            t0 = time.perf_counter()
-            res = variants[name][1]()
-            res["seconds"] = time.perf_counter() - t0
-            res["clips_per_s"] = res["samples"] / res["seconds"]
-            res["expected_samples"] = expected
-            runs[name].append(res)
+    with progress(cfg.repeats * len(names), f"video GOP {gop}") as bar:
+        for r in range(cfg.repeats):
+            for k in range(len(names)):
+                name = names[(k + r) % len(names)]  # rotate: no variant always goes first
+                bar.label(name)
+                t0 = time.perf_counter()
+                res = variants[name][1]()
+                res["seconds"] = time.perf_counter() - t0
+                res["clips_per_s"] = res["samples"] / res["seconds"]
+                res["expected_samples"] = expected
+                runs[name].append(res)
+                bar.step()
     rows = [
         {
             "name": f"GOP {gop}: {n}",
