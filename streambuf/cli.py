@@ -1,45 +1,31 @@
 """Command line: ``streambuf bench NAME [--quick] [--out DIR]`` and ``streambuf tune PIPE``.
 
-Benchmarks live in the source checkout's ``benchmarks/`` folder (they need test data
-generators and comparison baselines that are not part of the library), so ``bench`` is
-run from the repository root.
+The benchmarks ship with the package (``streambuf.bench``): ``streambuf bench latency
+--quick`` works after a plain install, from any folder. Their peers and plots are
+optional: ``pip install 'streambuf[bench]'``. ``streambuf bench NAME --help`` says what
+each one measures and how.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 __all__ = ["main"]
 
-BENCHMARKS = {
-    "buffer": "benchmarks.buffer_overhead",
-    "gpu": "benchmarks.gpu",
-    "bursty": "benchmarks.bursty",
-    "latency": "benchmarks.latency",
-    "memory": "benchmarks.memory",
-    "network": "benchmarks.network_shards",
-    "stall": "benchmarks.stall",
-    "video": "benchmarks.video_clips",
-}
-
 
 def _bench(args: argparse.Namespace) -> int:
-    modname = BENCHMARKS[args.name]
+    from .bench import load
+
+    options = {"quick": args.quick, "out": args.out}
+    if args.name == "gpu":
+        options["allow_cpu"] = args.allow_cpu
     try:
-        mod = importlib.import_module(modname)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("benchmarks"):
-            print(
-                f"streambuf bench {args.name}: cannot import {modname}; run it from the "
-                "root of a streambuf source checkout (the benchmarks/ folder)",
-                file=sys.stderr,
-            )
-            return 2
-        raise
-    mod.run(quick=args.quick, out=args.out)
-    return 0
+        report = load(args.name).run(**options)
+    except ImportError as exc:  # an optional peer is missing: say which extra to install
+        print(f"streambuf bench {args.name}: {exc}", file=sys.stderr)
+        return 2
+    return 1 if report.get("errors") else 0
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -54,15 +40,40 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .bench import BENCHMARKS, describe
+
+    b = sub.add_parser(
+        "bench",
+        help="run a benchmark against its strongest peers; print a table, write JSON",
+        description="Benchmarks that compare streambuf with the strongest peer a user "
+        "would pick, in the same run. Peers and plots: pip install 'streambuf[bench]'.",
+    )
+    names = b.add_subparsers(dest="name", required=True, metavar="NAME")
+    for name, summary in BENCHMARKS.items():
+        p = names.add_parser(
+            name,
+            help=summary,
+            description=describe(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.add_argument("--quick", action="store_true", help="smaller sizes, finishes fast")
+        p.add_argument("--out", default="bench-results", help="folder for JSON and plots")
+        if name == "gpu":
+            p.add_argument(
+                "--allow-cpu",
+                action="store_true",
+                help="without CUDA, run a tiny CPU stand-in instead of failing (for tests; "
+                "it measures nothing about GPUs)",
+            )
+        p.set_defaults(func=_bench)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``streambuf`` command."""
     parser = argparse.ArgumentParser(prog="streambuf")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="run a benchmark, print a table, write JSON")
-    b.add_argument("name", choices=sorted(BENCHMARKS))
-    b.add_argument("--quick", action="store_true", help="small sizes, finishes fast")
-    b.add_argument("--out", default="bench-results", help="folder for JSON and plots")
-    b.set_defaults(func=_bench)
+    _add_bench(sub)
     t = sub.add_parser("tune", help="measure a pipeline at several depths; recommend settings")
     t.add_argument("pipeline", help="MODULE:NAME or FILE.py:NAME (a Pipeline or a function)")
     t.add_argument("--num-workers", type=int, default=2)

@@ -158,7 +158,7 @@ MUTANTS = [
 
 
 def _copy_tree(dst: Path) -> None:
-    for name in ("streambuf", "tests", "benchmarks", "examples"):
+    for name in ("streambuf", "tests", "examples"):
         shutil.copytree(
             ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis")
         )

@@ -1,49 +1,157 @@
-"""Each benchmark, run tiny: it must finish, print its table and write its JSON (and PNG).
+"""Each benchmark, run tiny: it must finish, deliver every sample, keep streambuf's credits
+within its budget, compare against its peers, and write its JSON (and PNG).
 
-Benchmarks are not tests of performance; this only proves they still run.
+Benchmarks are not tests of performance (tiny sizes measure nothing); these prove they
+run and report what they claim. Network and video: test_bench_network_smoke.py and
+test_bench_video_smoke.py.
 """
 
 from __future__ import annotations
 
-import json
+import sys
 
 import pytest
+import torch
 
-from benchmarks import buffer_overhead, bursty, latency, memory, stall
+from streambuf.bench import all as bench_all
+from streambuf.bench import buffer, bursty, gpu, latency, memory, mixed, stall
+from streambuf.bench._deps import importable, require
+from streambuf.bench._report import Headline, check_runs
+from streambuf.cli import main
+from tests.bench_checks import assert_delivered, assert_headline, saved
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_buffer_overhead_runs(tmp_path, capsys):
-    report = buffer_overhead.run(quick=True, out=str(tmp_path), repeats=1)
-    assert set(report["results"]) == {"ints", "tensors_4KiB"}
-    assert json.loads((tmp_path / "buffer_overhead.json").read_text())["results"]
-    assert "BoundedBuffer/s" in capsys.readouterr().out
+def test_latency_has_every_peer_and_the_zero_latency_rows(tmp_path):
+    report = latency.run(out=str(tmp_path), tiny=True)
+    assert_delivered(report)
+    assert_headline(report)
+    data = saved(tmp_path, "latency")
+    kinds = {(r["kind"], r["config"]["latency_s"] > 0) for r in data["rows"]}
+    assert kinds == {
+        (k, lat) for k in ("dataloader", "torchdata", "streambuf") for lat in (True, False)
+    }
+    tdn = [r for r in data["rows"] if r["kind"] == "torchdata"]
+    sb = next(r for r in data["rows"] if r["kind"] == "streambuf")
+    # equal total threads: torchdata.nodes gets workers x threads in one process
+    assert tdn[0]["config"]["threads"] == sb["config"]["workers"] * sb["config"]["threads"]
+    assert all(
+        r["config"]["pin_memory"] and r["config"]["persistent_workers"] for r in data["rows"]
+    )
+    assert {h["workload"] for h in data["headline"]} == {
+        "latency seed (10 ms/sample)",
+        "latency seed (0 ms/sample)",
+    }
+    assert (tmp_path / "latency.png").stat().st_size > 0
 
 
-def test_cli_bench_buffer(tmp_path):
-    from streambuf.cli import main
+def test_mixed_compares_processes_x_threads_with_each_alone(tmp_path):
+    report = mixed.run(out=str(tmp_path), tiny=True)
+    assert_delivered(report)
+    assert_headline(report)
+    assert {r["kind"] for r in report["rows"]} == {"dataloader", "torchdata", "streambuf"}
+    assert report["cpu_iters"] > 0
+    assert all(r["config"]["cpu_iters"] == report["cpu_iters"] for r in report["rows"])
+    saved(tmp_path, "mixed")
 
-    assert main(["bench", "buffer", "--quick", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "buffer_overhead.json").exists()
 
-
-@pytest.mark.parametrize("mod", [latency, memory, stall, bursty], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("mod", [memory, stall, bursty], ids=lambda m: m.__name__.split(".")[-1])
 def test_ladder_benchmarks_run_tiny(mod, tmp_path, capsys):
     report = mod.run(out=str(tmp_path), tiny=True)
-    name = report["benchmark"]
-    data = json.loads((tmp_path / f"{name}.json").read_text())
-    assert data["environment"]["cpu_count"] >= 1
-    assert all(r["runs"] for r in data["rows"])
+    assert_delivered(report)
+    if report["benchmark"] != "bursty":  # an ablation: no peer, no headline
+        assert_headline(report)
+    saved(tmp_path, report["benchmark"])
     assert "| run |" in capsys.readouterr().out
-    if name in ("latency", "memory"):
-        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    if report["benchmark"] == "memory":
+        assert (tmp_path / "memory.png").stat().st_size > 0
+        assert all(
+            r["runs"][0]["growth_bytes"] == r["runs"][0]["growth_bytes"] for r in report["rows"]
+        )
 
 
-def test_gpu_benchmark_runs_tiny_on_cpu(tmp_path, capsys):
-    from benchmarks import gpu
+def test_buffer_benchmark_and_its_headline(tmp_path):
+    report = buffer.run(out=str(tmp_path), tiny=True)
+    assert set(report["results"]) == {"ints", "tensors_4KiB"}
+    assert_headline(report)
+    assert saved(tmp_path, "buffer")["results"]["ints"]["items"] == 5_000
 
+
+def test_gpu_benchmark_runs_its_cpu_stand_in(tmp_path):
     report = gpu.run(out=str(tmp_path), tiny=True, allow_cpu=True)
-    assert report["device"] in ("cpu", "cuda")
+    assert_delivered(report)
+    assert_headline(report)
+    assert {r["config"]["part"] for r in report["rows"]} == {"seed", "video"}
     assert all(0 < r["busy_fraction"] <= 1.0 for r in report["rows"])
-    assert (tmp_path / "gpu.json").exists()
+    assert saved(tmp_path, "gpu")["device"] in ("cpu", "cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")
+def test_gpu_benchmark_fails_fast_without_cuda(tmp_path):
+    with pytest.raises(SystemExit, match=r"no CUDA device.*--allow-cpu"):
+        gpu.run(out=str(tmp_path))
+    assert not list(tmp_path.iterdir())  # nothing was generated or written
+
+
+def test_bench_all_prints_one_headline_table(tmp_path, capsys):
+    report = bench_all.run(out=str(tmp_path), tiny=True, names=("buffer", "gpu"))
+    out = capsys.readouterr().out
+    assert "## Headline" in out and "| workload | metric | streambuf | strongest peer |" in out
+    assert [h["workload"] for h in report["headline"]] == [
+        "buffer hand-over (ints)",
+        "buffer hand-over (tensors_4KiB)",
+    ]
+    if not torch.cuda.is_available():
+        assert "gpu" in report["skipped"]
+    assert (tmp_path / "headline.md").read_text().startswith("| workload |")
+    assert saved(tmp_path, "headline")["errors"] == {}
+
+
+def test_headline_ratio_and_losses():
+    win = Headline("w", "batches/s", "higher", streambuf=30.0, peer=10.0, peer_name="DataLoader")
+    loss = Headline("w", "growth MiB", "lower", streambuf=200.0, peer=100.0, peer_name="pf=1")
+    assert win.ratio == 3.0 and loss.ratio == 0.5
+
+
+def test_check_runs_names_lost_samples_and_overspent_credits():
+    rows = [
+        {"name": "a", "runs": [{"samples": 31, "expected_samples": 32}]},
+        {"name": "b", "runs": [{"peak_in_flight_bytes": 11, "budget_max_bytes": 10}]},
+    ]
+    with pytest.raises(RuntimeError, match=r"a run 0: delivered 31.*\n.*b run 0: peak credits 11"):
+        check_runs(rows)
+
+
+def test_optional_peers_are_named_with_the_extra():
+    with pytest.raises(ImportError, match=r"streambuf\[bench\]"):
+        require("streambuf_no_such_peer", purpose="a test")
+    assert importable("streambuf_no_such_peer").startswith("not importable: ModuleNotFoundError")
+    assert importable("json") is None
+
+
+def test_cli_bench_buffer_and_help(tmp_path, capsys):
+    assert main(["bench", "buffer", "--quick", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "buffer.json").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "gpu", "--help"])
+    assert exc.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "GPU busy fraction" in help_text and "--allow-cpu" in help_text
+
+
+def test_a_missing_matplotlib_skips_the_plot_and_names_the_extra(tmp_path, monkeypatch, capsys):
+    from streambuf.bench._report import plot_ladder
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path = plot_ladder(
+        str(tmp_path),
+        "x",
+        title="t",
+        depths=[1, 2],
+        throughput=[1.0, 2.0],
+        memory_mib=None,
+        points=[("streambuf", 3.0, None)],
+    )
+    assert path is None and not (tmp_path / "x.png").exists()
+    assert "streambuf[bench]" in capsys.readouterr().out

@@ -21,3 +21,16 @@ def test_buffer_basics_example():
     )
     assert out.returncode == 0, out.stderr
     assert "sum=4950" in out.stdout
+
+
+@pytest.mark.timeout(120)
+def test_latency_pipeline_example():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "latency_pipeline.py")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr
+    # 1024 samples in batches of 32, every one delivered
+    assert out.stdout.startswith("32 batches in "), out.stdout

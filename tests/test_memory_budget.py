@@ -2,14 +2,14 @@
 Shmem, peak minus the same run with tiny samples), against DataLoader(prefetch_factor=8).
 
 32 MiB batches (32 x 1 MiB samples), 2 workers, a slow consumer. Each run is a child
-process (benchmarks._harness); this takes ~30 s.
+process (streambuf.bench._harness); this takes ~30 s.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks._harness import MIB, with_growth
+from streambuf.bench._harness import MIB, with_growth
 from streambuf.memwatch import available, budget_rule_bytes
 
 pytestmark = [
@@ -18,7 +18,8 @@ pytestmark = [
 ]
 
 BASE = {
-    "sample_bytes": MIB,
+    "runner": "streambuf.bench.workloads:run_loader",
+    "shape": [MIB // 4],  # 1 MiB float32 samples
     "batch_size": 32,
     "batches": 16,
     "workers": 2,

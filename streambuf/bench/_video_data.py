@@ -1,4 +1,4 @@
-"""Synthetic test videos for the video benchmark (PyAV + libx264), deterministic.
+"""Synthetic videos for the video and GPU benchmarks (PyAV + libx264), deterministic.
 
 A frame is a window panning over a fixed noise texture, plus a moving bright block and a
 frame-dependent tint: motion the encoder can predict, texture it must code, so decoding
@@ -36,8 +36,9 @@ def write_video(
     preset: str = "veryfast",
 ) -> Path:
     """Encode one H.264 mp4 (yuv420p, 2 B-frames, a keyframe every ``keyint`` frames)."""
-    import av
+    from ._deps import require
 
+    av = require("av", purpose="the video benchmarks (PyAV encodes their test videos)")
     tex = _texture(width, height, seed)
     frames = round(seconds * fps)
     with av.open(str(path), "w") as out:
@@ -76,24 +77,27 @@ def make_videos(
     width: int,
     height: int,
     keyint: int,
+    prefix: str = "video",
+    preset: str = "veryfast",
 ) -> list[str]:
     """``count`` video files in ``folder`` (``distinct`` encoded, the rest copies)."""
     folder.mkdir(parents=True, exist_ok=True)
     made = [
         write_video(
-            folder / f"src{k}.mp4",
+            folder / f"{prefix}-src{k}.mp4",
             seconds=seconds,
             fps=fps,
             width=width,
             height=height,
             keyint=keyint,
             seed=k,
+            preset=preset,
         )
         for k in range(min(distinct, count))
     ]
     paths = []
     for i in range(count):
-        dst = folder / f"video{i:03d}.mp4"
+        dst = folder / f"{prefix}{i:03d}.mp4"
         shutil.copyfile(made[i % len(made)], dst)
         paths.append(str(dst))
     for p in made:

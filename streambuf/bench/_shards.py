@@ -1,23 +1,19 @@
-"""Data, server and baselines of ``benchmarks.network_shards`` (module level: picklable).
+"""Data and baselines of the network benchmark (module level, so workers can pickle them).
 
-* ``make_dataset``: tar shards of one ``bin`` field per sample (fixed size, so batches
-  stack) and the per-sample index ``(shard name, data offset, size)`` read from the tar
-  headers, for the map-style baseline.
-* ``Server``: ``tests.sources.httpserver.FaultyServer`` in a child process (so its Python
-  threads do not share a GIL with the loaders measured), adding ``latency_s`` to every
-  request and pacing every connection to ``bandwidth_bps`` (an object store's
-  per-stream throughput).
+* ``make_shards``: tar shards (WebDataset layout) of one ``bin`` field per sample (fixed
+  size, so batches stack), and the per-sample index ``(shard name, data offset, size)``
+  read from the tar headers, for the map-style baseline.
 * ``RangeDataset``: the map-style baseline, one HTTP ``Range`` GET per sample on a
   persistent connection per worker.
+* ``wds_sample`` / ``wds_s3_handler``: what the webdataset peer needs: the same fields
+  streambuf yields, and an ``s3://`` opener through fsspec/s3fs (webdataset's own is a
+  ``pipe:`` to the AWS CLI, which may be absent; a gopen handler is its documented hook).
 """
 
 from __future__ import annotations
 
 import http.client
-import json
-import os
-import subprocess
-import sys
+import io
 import tarfile
 import urllib.parse
 from pathlib import Path
@@ -26,15 +22,21 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = [
+    "Index",
+    "RangeDataset",
+    "WdsS3Handler",
+    "make_shards",
+    "to_tensor",
+    "upload",
+    "wds_sample",
+]
 
 Index = list[tuple[str, int, int]]
 
 
-def make_dataset(root: Path, *, shards: int, per_shard: int, sample_bytes: int) -> Index:
-    """Write ``shards`` tar files of ``per_shard`` samples; return the sample index."""
-    import io
-
+def make_shards(root: Path, *, shards: int, per_shard: int, sample_bytes: int) -> Index:
+    """Write ``shards`` tar files of ``per_shard`` samples under ``root``; the sample index."""
     root.mkdir(parents=True, exist_ok=True)
     index: Index = []
     for s in range(shards):
@@ -50,50 +52,18 @@ def make_dataset(root: Path, *, shards: int, per_shard: int, sample_bytes: int) 
     return index
 
 
-class Server:
-    """A FaultyServer in a child process; ``with Server(root, ...) as srv: srv.base_url``."""
+def upload(root: Path, bucket: str, storage_options: dict[str, Any]) -> list[str]:
+    """Copy the shards under ``root`` to ``s3://bucket/``; their URLs, sorted."""
+    import s3fs
 
-    def __init__(self, root: Path, *, latency_s: float, bandwidth_bps: float) -> None:
-        self.root, self.latency_s, self.bandwidth_bps = root, latency_s, bandwidth_bps
-        self.base_url = ""
-        self._proc: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> Server:
-        cfg = json.dumps([str(self.root), self.latency_s, self.bandwidth_bps])
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._netdata", cfg],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=str(ROOT),
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        assert self._proc.stdout is not None
-        self.base_url = self._proc.stdout.readline().strip()
-        if not self.base_url.startswith("http://"):
-            raise RuntimeError(f"benchmark HTTP server did not start: {self.base_url!r}")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._proc is not None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()  # the child exits when its stdin closes
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
-
-
-def _serve(cfg: str) -> None:
-    from tests.sources.httpserver import FaultyServer
-
-    root, latency_s, bandwidth_bps = json.loads(cfg)
-    with FaultyServer(Path(root)) as srv:
-        srv.latency_s = latency_s
-        srv.bandwidth_bps = bandwidth_bps
-        print(srv.base_url, flush=True)
-        sys.stdin.read()  # until the parent closes our stdin
+    fs = s3fs.S3FileSystem(**storage_options)
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    urls = []
+    for path in sorted(root.glob("shard-*.tar")):
+        fs.put_file(str(path), f"{bucket}/{path.name}")
+        urls.append(f"s3://{bucket}/{path.name}")
+    return urls
 
 
 def to_tensor(data: bytes) -> torch.Tensor:
@@ -103,6 +73,25 @@ def to_tensor(data: bytes) -> torch.Tensor:
 def wds_sample(sample: dict[str, Any]) -> dict[str, Any]:
     """webdataset sample -> the same fields streambuf's pipeline yields."""
     return {"__key__": sample["__key__"], "bin": to_tensor(sample["bin"])}
+
+
+class WdsS3Handler:
+    """A webdataset gopen handler for ``s3://`` through fsspec (picklable: set per worker)."""
+
+    def __init__(self, storage_options: dict[str, Any]) -> None:
+        self.storage_options = storage_options
+
+    def __call__(self, url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> Any:
+        import fsspec
+
+        return fsspec.open(url, mode, **self.storage_options).open()
+
+    def install(self, _worker_id: int = 0) -> None:
+        """Register this handler (in this process; pass as ``worker_init_fn`` for workers)."""
+        import importlib
+
+        # the module, not the function ``webdataset.gopen`` that shadows it
+        importlib.import_module("webdataset.gopen").gopen_schemes["s3"] = self
 
 
 class RangeDataset(Dataset[dict[str, Any]]):
@@ -121,7 +110,8 @@ class RangeDataset(Dataset[dict[str, Any]]):
     def _get(self, path: str, start: int, size: int) -> bytes:
         if self._conn is None:
             u = urllib.parse.urlsplit(self.base_url)
-            self._conn = http.client.HTTPConnection(u.hostname, u.port, timeout=self.timeout_s)
+            host = u.hostname or "127.0.0.1"
+            self._conn = http.client.HTTPConnection(host, u.port, timeout=self.timeout_s)
         headers = {"Range": f"bytes={start}-{start + size - 1}"}
         self._conn.request("GET", "/" + path, headers=headers)
         resp = self._conn.getresponse()
@@ -140,7 +130,3 @@ class RangeDataset(Dataset[dict[str, Any]]):
             self._conn = None  # one reconnect, then give up
             data = self._get(name, start, size)
         return {"__key__": f"{name}:{i}", "bin": to_tensor(data)}
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1])

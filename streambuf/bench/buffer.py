@@ -1,0 +1,121 @@
+"""Items/s through ``BoundedBuffer`` against ``queue.Queue``: one producer thread, one consumer.
+
+``queue.Queue(maxsize=64)`` is what a user would otherwise write; ``BoundedBuffer``
+bounds bytes as well as items (sizing each item with ``nbytes``), so it costs more per
+item: this measures how much. Measured in one run, interleaved (Queue, Buffer, Queue,
+Buffer, ...), medians quoted, for plain ints and for 4 KiB tensors.
+
+    streambuf bench buffer [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import threading
+import time
+from typing import Any
+
+import torch
+
+from ..buffer import BoundedBuffer
+from ._harness import environment, mode_of
+from ._report import Headline, print_table, write_json
+
+_STOP = object()
+
+
+def _run_queue(items: list[Any], depth: int) -> float:
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+
+    def produce() -> None:
+        for x in items:
+            q.put(x)
+        q.put(_STOP)
+
+    th = threading.Thread(target=produce, daemon=True)
+    t0 = time.perf_counter()
+    th.start()
+    n = 0
+    while q.get() is not _STOP:
+        n += 1
+    dt = time.perf_counter() - t0
+    th.join(10)
+    if n != len(items):
+        raise RuntimeError(f"queue.Queue delivered {n} of {len(items)} items")
+    return n / dt
+
+
+def _run_buffer(items: list[Any], depth: int) -> float:
+    buf: BoundedBuffer[Any] = BoundedBuffer(max_items=depth, max_bytes="1GiB")
+
+    def produce() -> None:
+        for x in items:
+            buf.put(x)
+        buf.close()
+
+    th = threading.Thread(target=produce, daemon=True)
+    t0 = time.perf_counter()
+    th.start()
+    n = 0
+    for _ in buf:
+        n += 1
+    dt = time.perf_counter() - t0
+    th.join(10)
+    if n != len(items):
+        raise RuntimeError(f"BoundedBuffer delivered {n} of {len(items)} items")
+    return n / dt
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    n_small = {"tiny": 5_000, "quick": 20_000, "full": 200_000}[mode]
+    n_tensor = {"tiny": 1_280, "quick": 5_000, "full": 50_000}[mode]
+    repeats = {"tiny": 1, "quick": 3, "full": 5}[mode]
+    cases: dict[str, list[Any]] = {
+        "ints": [int(i) for i in range(n_small)],
+        "tensors_4KiB": [torch.empty(1024) for _ in range(64)] * (n_tensor // 64),
+    }
+    results: dict[str, Any] = {}
+    for name, items in cases.items():
+        q_rates, b_rates = [], []
+        for _ in range(repeats):
+            q_rates.append(_run_queue(items, 64))
+            b_rates.append(_run_buffer(items, 64))
+        q_med, b_med = statistics.median(q_rates), statistics.median(b_rates)
+        results[name] = {
+            "items": len(items),
+            "queue_items_per_s": q_rates,
+            "buffer_items_per_s": b_rates,
+            "queue_median": q_med,
+            "buffer_median": b_med,
+            "ratio": b_med / q_med,
+        }
+    print(f"\nbuffer ({mode}): one producer thread, one consumer, depth 64")
+    text = print_table(
+        ["items", "queue.Queue items/s", "BoundedBuffer items/s", "ratio"],
+        [(k, r["queue_median"], r["buffer_median"], r["ratio"]) for k, r in results.items()],
+    )
+    heads = [
+        Headline(
+            workload=f"buffer hand-over ({name})",
+            metric="items/s",
+            better="higher",
+            streambuf=r["buffer_median"],
+            peer=r["queue_median"],
+            peer_name="queue.Queue(maxsize=64)",
+            how="one producer and one consumer thread; BoundedBuffer also sizes every item",
+        )
+        for name, r in results.items()
+    ]
+    report = {
+        "benchmark": "buffer",
+        "mode": mode,
+        "environment": environment(),
+        "repeats": repeats,
+        "results": results,
+        "headline": [h.as_dict() for h in heads],
+        "table": text,
+    }
+    write_json(out, "buffer", report)
+    return report

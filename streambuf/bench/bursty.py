@@ -1,0 +1,92 @@
+"""Adaptive depth against fixed depths, on a stream with bursts of slow samples.
+
+Samples alternate in phases: fast (no latency) and slow (20 ms each), 256 KiB samples,
+batch 32 (8 MiB batches), 2 workers x 8 threads, a 30 ms train step. In slow phases the
+producers fall behind the step; only batches buffered during fast phases carry the
+consumer through. Compared in one run, interleaved: streambuf with a fixed small depth,
+a fixed large depth, and the adaptive depth (starting small, growing while the consumer
+waits). Reported: consumer wait %, memory growth (DESIGN.md) and peak bytes in flight.
+
+This is an ablation of streambuf's own tuner, not a comparison with a peer (the peers'
+depth cannot change at run time: the fixed depths are what they can do), so it has no
+headline row.
+
+    streambuf bench bursty [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._harness import MIB, environment, interleaved, mode_of, summarise, with_growth
+from ._report import check_runs, print_table, write_json
+
+RUNNER = "streambuf.bench.workloads:run_loader"
+
+
+def configs(mode: str) -> list[dict[str, Any]]:
+    tiny, quick = mode == "tiny", mode == "quick"
+    phase_batches = 2 if tiny else 16
+    base = {
+        "runner": RUNNER,
+        "kind": "streambuf",
+        "shape": [4096 if tiny else 65536],  # 16 KiB or 256 KiB float32
+        "latency_s": 0.0,
+        "slow_latency_s": 0.02,
+        "phase_samples": phase_batches * 32,
+        "batch_size": 32,
+        "batches": phase_batches * (3 if tiny else (8 if quick else 12)),
+        "workers": 2,
+        "threads": 8,
+        "step_s": 0.03,
+        "max_bytes": 1024 * MIB,
+    }
+    return [
+        dict(base, adaptive=False, max_batches=2, name="fixed depth 2"),
+        dict(base, adaptive=False, max_batches=32, name="fixed depth 32"),
+        dict(base, adaptive=True, max_batches=32, name="adaptive (2..32)"),
+    ]
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    cfgs = configs(mode)
+    repeats = 2 if mode == "full" else 1
+    isolate = mode != "tiny"
+    results = interleaved(
+        cfgs, lambda c: with_growth(c, isolate=isolate), repeats=repeats, label="bursty"
+    )
+    rows = summarise(
+        cfgs, results, ["wait_fraction", "growth_bytes", "peak_batch_bytes_held", "final_depth"]
+    )
+    check_runs(rows)
+    for r in rows:
+        r["growth_mib"] = r["growth_bytes"] / MIB
+        r["peak_held_mib"] = r["peak_batch_bytes_held"] / MIB
+    large = rows[1]
+    print(f"\nbursty ({mode}): phases of fast / 20 ms samples, 30 ms step, 2 workers x 8 threads")
+    headers = ["run", "consumer wait %", "growth MiB", "peak batches held MiB"]
+    text = print_table(
+        [*headers, "x large peak", "final depth"],
+        [
+            (
+                r["name"],
+                100 * r["wait_fraction"],
+                r["growth_mib"],
+                r["peak_held_mib"],
+                r["peak_held_mib"] / max(1e-9, large["peak_held_mib"]),
+                int(r["final_depth"]),
+            )
+            for r in rows
+        ],
+    )
+    report = {
+        "benchmark": "bursty",
+        "mode": mode,
+        "environment": environment(),
+        "rows": rows,
+        "headline": [],  # an ablation of the tuner: no peer (see the module docstring)
+        "table": text,
+    }
+    write_json(out, "bursty", report)
+    return report

@@ -1,0 +1,219 @@
+"""The latency ladder: latency-bound samples through DataLoader, torchdata.nodes, streambuf.
+
+Workloads (each sample takes 10 ms of sleep: I/O or a decode that releases the GIL;
+batch 32; 4 workers):
+
+* **seed** (the headline): the mission's exact workload, 3x224x224 float32 samples
+  (19 MiB batches), ``pin_memory=True`` and ``persistent_workers=True`` for every loader
+  that has them (pinning only takes effect where an accelerator exists: the JSON
+  records ``pin_memory_effective``);
+* **64KiB**: 64 KiB float32 samples (2 MiB batches).
+
+Loaders, same samples, same batch size, same collate:
+
+* ``DataLoader`` over a map-style Dataset, ``prefetch_factor`` 1, 2, 4, 8, 4 workers;
+* ``torchdata.nodes`` ``ParallelMapper(method="thread")`` in one process with as many
+  threads as streambuf has in all (4 x 8 = 32; no IPC at all);
+* ``streambuf``: ``Pipeline.map(threads=8).batch(32)`` through ``Loader`` with 4
+  workers, ``max_batches`` = 2 per worker and ``max_bytes`` = 2 batches per worker of
+  credit (a quarter more for the stage buffers).
+
+Zero-latency rows of each (the transport ceiling: what each loader moves when the
+samples cost nothing) sit beside them, and the DataLoader's theoretical ceiling
+``workers / (latency x batch)``. Every run is a fresh child process; memory growth per
+DESIGN.md (the run's peak AnonPages + Shmem minus the same run with 1-element samples),
+measured in full runs. Repeats interleaved, medians quoted.
+
+    streambuf bench latency [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._harness import MIB, environment, interleaved, mode_of, run_config, summarise, with_growth
+from ._report import Headline, best_peer, check_runs, plot_ladder, print_table, write_json
+
+LATENCY_S = 0.010
+BATCH = 32
+WORKERS = 4
+THREADS = 8
+WORKLOADS = {"seed": [3, 224, 224], "64KiB": [16384]}
+RUNNER = "streambuf.bench.workloads:run_loader"
+
+
+def _settings(mode: str) -> dict[str, Any]:
+    if mode == "tiny":  # the smoke test: proves it runs, measures nothing
+        return dict(
+            batches=6,
+            workers=2,
+            threads=4,
+            pfs=[2],
+            repeats=1,
+            isolate=False,
+            growth=False,
+            workloads={"seed": [3, 32, 32]},
+            ladder_workloads=["seed"],
+        )
+    quick = mode == "quick"
+    return dict(
+        batches=40 if quick else 80,
+        workers=WORKERS,
+        threads=THREADS,
+        pfs=[1, 2, 4, 8],
+        repeats=1 if quick else 3,
+        isolate=True,
+        growth=not quick,
+        workloads=WORKLOADS,
+        ladder_workloads=["seed"] if quick else list(WORKLOADS),  # quick: 64KiB at pf=2 only
+    )
+
+
+def configs(mode: str) -> list[dict[str, Any]]:
+    s = _settings(mode)
+    out = []
+    for wl, shape in s["workloads"].items():
+        batch_bytes = BATCH * 4 * math.prod(shape)
+        base = {
+            "runner": RUNNER,
+            "workload": wl,
+            "shape": shape,
+            "latency_s": LATENCY_S,
+            "batch_size": BATCH,
+            "batches": s["batches"],
+            "workers": s["workers"],
+            "pin_memory": True,
+            "persistent_workers": True,
+        }
+        pfs = s["pfs"] if wl in s["ladder_workloads"] else [2]
+        for k in pfs:
+            out.append(
+                dict(base, kind="dataloader", prefetch_factor=k, name=f"{wl}: DataLoader pf={k}")
+            )
+        total = s["workers"] * s["threads"]
+        tdn = dict(base, kind="torchdata", threads=total, prefetch_factor=2)
+        sb = dict(
+            base,
+            kind="streambuf",
+            threads=s["threads"],
+            max_batches=2 * s["workers"],
+            max_bytes=math.ceil(4 / 3 * 2 * s["workers"] * batch_bytes),
+        )
+        out.append(dict(tdn, name=f"{wl}: torchdata.nodes {total} threads"))
+        out.append(dict(sb, name=f"{wl}: streambuf {s['workers']}x{s['threads']} threads"))
+        if wl in s["ladder_workloads"]:
+            deep = max(s["pfs"])
+            out.append(
+                dict(
+                    base,
+                    kind="dataloader",
+                    prefetch_factor=deep,
+                    latency_s=0.0,
+                    name=f"{wl} 0 ms: DataLoader pf={deep}",
+                )
+            )
+            out.append(dict(tdn, latency_s=0.0, name=f"{wl} 0 ms: torchdata.nodes {total} threads"))
+            out.append(dict(sb, latency_s=0.0, name=f"{wl} 0 ms: streambuf"))
+    return out
+
+
+def _headline(rows: list[dict[str, Any]], workload: str, latency_s: float) -> Headline | None:
+    mine = [r for r in rows if r["config"]["workload"] == workload]
+    mine = [r for r in mine if r["config"]["latency_s"] == latency_s]
+    sb = [r for r in mine if r["kind"] == "streambuf"]
+    if not sb:
+        return None
+    peer = best_peer([r for r in mine if r["kind"] != "streambuf"], "batches_per_s")
+    cfg = sb[0]["config"]
+    return Headline(
+        workload=f"latency {workload} ({latency_s * 1e3:.0f} ms/sample)",
+        metric="batches/s",
+        better="higher",
+        streambuf=sb[0]["batches_per_s"],
+        peer=peer["batches_per_s"],
+        peer_name=peer["name"].split(": ", 1)[1],
+        how=f"batch {BATCH}, {cfg['workers']} workers x {cfg['threads']} threads vs "
+        "DataLoader pf ladder and torchdata.nodes at equal total threads",
+    )
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    s = _settings(mode)
+    cfgs = configs(mode)
+
+    def one(cfg: dict[str, Any]) -> dict[str, Any]:
+        if s["growth"]:
+            return with_growth(cfg, isolate=s["isolate"])
+        return run_config(cfg, isolate=s["isolate"])
+
+    results = interleaved(cfgs, one, repeats=s["repeats"], label="latency")
+    rows = summarise(cfgs, results, ["batches_per_s", "growth_bytes", "peak_in_flight_bytes"])
+    check_runs(rows)
+    table = []
+    for r in rows:
+        ref = next(
+            x
+            for x in rows
+            if x["config"]["workload"] == r["config"]["workload"]
+            and x["name"].endswith("DataLoader pf=2")
+        )
+        table.append(
+            (
+                r["name"],
+                r["batches_per_s"],
+                r["batches_per_s"] / ref["batches_per_s"],
+                r["growth_bytes"] / MIB,
+            )
+        )
+    ceiling = s["workers"] / (LATENCY_S * BATCH)
+    table.append(
+        (
+            "DataLoader theoretical ceiling, workers / (latency x batch)",
+            ceiling,
+            float("nan"),
+            float("nan"),
+        )
+    )
+    print(
+        f"\nlatency ladder ({mode}): {LATENCY_S * 1e3:.0f} ms/sample, batch {BATCH}, "
+        f"{s['workers']} workers; seed = {s['workloads']['seed']} float32"
+    )
+    text = print_table(["run", "batches/s", "x DataLoader pf=2", "growth MiB"], table)
+    heads = [
+        h
+        for wl in s["workloads"]
+        for lat in (LATENCY_S, 0.0)
+        if (h := _headline(rows, wl, lat)) is not None
+    ]
+    report = {
+        "benchmark": "latency",
+        "mode": mode,
+        "environment": environment(),
+        "settings": s,
+        "latency_s": LATENCY_S,
+        "batch_size": BATCH,
+        "dataloader_ceiling_batches_per_s": ceiling,
+        "rows": rows,
+        "headline": [h.as_dict() for h in heads],
+        "table": text,
+    }
+    write_json(out, "latency", report)
+    ladder = [r for r in rows if r["kind"] == "dataloader" and r["config"]["latency_s"] > 0]
+    ladder = [r for r in ladder if r["config"]["workload"] == "seed"]
+    others = [r for r in rows if r["kind"] != "dataloader" and r["config"]["latency_s"] > 0]
+    others = [r for r in others if r["config"]["workload"] == "seed"]
+    plot_ladder(
+        out,
+        "latency",
+        title=f"seed workload ({s['workloads']['seed']} float32, 10 ms/sample, batch 32)",
+        depths=[r["config"]["prefetch_factor"] for r in ladder],
+        throughput=[r["batches_per_s"] for r in ladder],
+        memory_mib=[r["growth_bytes"] / MIB for r in ladder] if s["growth"] else None,
+        points=[
+            (r["name"].split(": ", 1)[1], r["batches_per_s"], r["growth_bytes"] / MIB)
+            for r in others
+        ],
+    )
+    return report

@@ -1,0 +1,117 @@
+"""Memory growth of ``DataLoader(prefetch_factor=k)`` against streambuf's byte budget.
+
+1 MiB samples, batch 32 (32 MiB batches), 2 workers, a slow consumer (150 ms a batch)
+so that every queue fills up. Each run is a child process; growth per DESIGN.md
+("Measuring memory"): the run's peak system used memory (``AnonPages + Shmem``, sampled
+every 20 ms) minus the peak of the same run with 1-element samples. The rule streambuf
+must keep: growth <= 1.25 x max_bytes + 100 MiB. The strongest peer is the DataLoader
+row with the least growth (with a slow consumer every depth gives the same throughput,
+so a user would pick the shallowest).
+
+    streambuf bench memory [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..memwatch import budget_rule_bytes
+from ._harness import MIB, environment, interleaved, mode_of, summarise, with_growth
+from ._report import Headline, best_peer, check_runs, plot_ladder, print_table, write_json
+
+RUNNER = "streambuf.bench.workloads:run_loader"
+
+
+def configs(mode: str) -> list[dict[str, Any]]:
+    tiny, quick = mode == "tiny", mode == "quick"
+    sample_bytes = (64 << 10) if tiny else MIB
+    base = {
+        "runner": RUNNER,
+        "shape": [sample_bytes // 4],
+        "batch_size": 32,
+        "batches": 6 if tiny else (16 if quick else 24),
+        "workers": 2,
+        "step_s": 0.02 if tiny else 0.15,
+    }
+    pfs = [8] if tiny else ([1, 2, 8] if quick else [1, 2, 4, 8])
+    out = [dict(base, kind="dataloader", prefetch_factor=k, name=f"DataLoader pf={k}") for k in pfs]
+    for mb in [16] if tiny else ([128] if quick else [64, 128, 256]):
+        out.append(
+            dict(
+                base,
+                kind="streambuf",
+                threads=4,
+                max_batches=8,
+                max_bytes=mb * MIB,
+                name=f"streambuf {mb} MiB",
+            )
+        )
+    return out
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    cfgs = configs(mode)
+    repeats = 2 if mode == "full" else 1
+    isolate = mode != "tiny"
+    results = interleaved(
+        cfgs, lambda c: with_growth(c, isolate=isolate), repeats=repeats, label="memory"
+    )
+    rows = summarise(cfgs, results, ["batches_per_s", "growth_bytes", "peak_in_flight_bytes"])
+    check_runs(rows)
+    for r in rows:
+        r["growth_mib"] = r["growth_bytes"] / MIB
+        if r["kind"] == "streambuf":
+            r["rule_mib"] = budget_rule_bytes(r["config"]["max_bytes"]) / MIB
+    dl = [r for r in rows if r["kind"] == "dataloader"]
+    best_dl = max(r["batches_per_s"] for r in dl)
+    print(
+        f"\nmemory ({mode}): {cfgs[0]['shape'][0] * 4 >> 10} KiB samples, batch 32, "
+        "2 workers, slow consumer"
+    )
+    text = print_table(
+        ["run", "batches/s", "x best DataLoader", "growth MiB", "rule MiB", "peak credits MiB"],
+        [
+            (
+                r["name"],
+                r["batches_per_s"],
+                r["batches_per_s"] / best_dl,
+                r["growth_mib"],
+                r.get("rule_mib", float("nan")),
+                r["peak_in_flight_bytes"] / MIB,
+            )
+            for r in rows
+        ],
+    )
+    sbs = [r for r in rows if r["kind"] == "streambuf"]
+    sb = next((r for r in sbs if r["name"].endswith(" 128 MiB")), sbs[0])
+    peer = best_peer(dl, "growth_mib", better="lower")
+    head = Headline(
+        workload="memory (32 MiB batches, slow consumer)",
+        metric="growth MiB",
+        better="lower",
+        streambuf=sb["growth_mib"],
+        peer=peer["growth_mib"],
+        peer_name=peer["name"],
+        how=f"{sb['name']} at {sb['batches_per_s']:.2f} batches/s vs {peer['name']} at "
+        f"{peer['batches_per_s']:.2f}; growth = peak AnonPages+Shmem minus the tiny-sample run",
+    )
+    report = {
+        "benchmark": "memory",
+        "mode": mode,
+        "environment": environment(),
+        "rows": rows,
+        "headline": [head.as_dict()],
+        "table": text,
+    }
+    write_json(out, "memory", report)
+    plot_ladder(
+        out,
+        "memory",
+        title="32 MiB batches, slow consumer: memory growth",
+        depths=[r["config"]["prefetch_factor"] for r in dl],
+        throughput=[r["batches_per_s"] for r in dl],
+        memory_mib=[r["growth_mib"] for r in dl],
+        points=[(r["name"], r["batches_per_s"], r["growth_mib"]) for r in sbs],
+    )
+    return report

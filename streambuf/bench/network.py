@@ -1,0 +1,325 @@
+"""Tar shards over HTTP, local disk and S3: streambuf lanes against webdataset and map-style.
+
+Shards (WebDataset layout, one 64 KiB ``bin`` field per sample) are made here, then read
+in one run, interleaved, every reader decoding ``bin`` to a uint8 tensor, batch 16, the
+same 2 workers, and checked to deliver every sample exactly once:
+
+* **http**: a loopback server (a child process) adding ``latency_s`` (50 ms) to every
+  request and pacing every connection to ``bandwidth_bps`` (4 MB/s), like an object
+  store: throughput comes from concurrent streams. Readers: ``streambuf.shards(lanes=3)``
+  + ``Loader``; ``webdataset.WebDataset(urls)`` + ``DataLoader``, per sample (DataLoader
+  batches) and batched in the dataset (``.batched(16)``, ``batch_size=None``: what
+  webdataset recommends); a map-style Dataset with one HTTP Range GET per sample under
+  ``DataLoader(prefetch_factor=2, 4, 8)``, on a fixed random subset (the whole epoch
+  would take minutes).
+* **disk**: the same shards from local files: streambuf against webdataset per sample
+  and batched (no latency: this measures per-sample overhead and transport).
+* **s3**: the same shards in moto's S3 server (a child process; skipped and recorded
+  when moto or s3fs is missing): streambuf through fsspec/s3fs against webdataset with
+  an fsspec ``s3://`` handler, per sample and batched.
+
+The rate is samples / seconds from creating the loader to its last batch (worker start
+up included: shard readers pay it once per epoch), the rate after the first batch beside
+it. Medians of interleaved repeats; the JSON holds every run.
+
+    streambuf bench network [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from ._deps import importable, require
+from ._harness import environment, interleaved, mode_of, summarise
+from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._servers import loopback_env, serve
+from ._shards import RangeDataset, WdsS3Handler, make_shards, to_tensor, upload, wds_sample
+from .workloads import loader_stats
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def settings(mode: str) -> dict[str, Any]:
+    if mode == "tiny":
+        return {
+            "shards": 4,
+            "per_shard": 4,
+            "sample_bytes": 4 * KIB,
+            "latency_s": 0.005,
+            "bandwidth_bps": 50e6,
+            "workers": 2,
+            "lanes": 3,
+            "batch_size": 4,
+            "max_bytes": 16 * MIB,
+            "map_samples": 8,
+            "prefetch_factors": [2],
+            "repeats": 1,
+        }
+    quick = mode == "quick"
+    return {
+        "shards": 12 if quick else 24,
+        "per_shard": 16 if quick else 32,
+        "sample_bytes": 64 * KIB,
+        "latency_s": 0.05,
+        "bandwidth_bps": 4e6,
+        "workers": 2,
+        "lanes": 3,
+        "batch_size": 16,
+        "max_bytes": 64 * MIB,
+        "map_samples": 64 if quick else 160,
+        "prefetch_factors": [2, 4, 8],
+        "repeats": 2 if quick else 3,
+    }
+
+
+def _measure(loader: Iterable[Any], expected: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    n = first_n = 0
+    t_first = t0
+    keys: set[str] = set()
+    for batch in loader:
+        if n == 0:
+            t_first, first_n = time.perf_counter(), len(batch["__key__"])
+        n += len(batch["__key__"])
+        keys.update(batch["__key__"])
+        if batch["bin"].dtype != torch.uint8:
+            raise TypeError(f"expected uint8 batches, got {batch['bin'].dtype}")
+    t_end = time.perf_counter()
+    return {
+        "samples": n,
+        "distinct_samples": len(keys),
+        "expected_samples": expected,
+        "seconds": t_end - t0,
+        "samples_per_s": n / (t_end - t0),
+        "steady_samples_per_s": (n - first_n) / max(1e-9, t_end - t_first),
+        "first_batch_s": t_first - t0,
+    }
+
+
+def _streambuf(
+    urls: list[str], s: dict[str, Any], options: dict[str, Any] | None
+) -> dict[str, Any]:
+    import streambuf as sb
+
+    pipe = (
+        sb.shards(urls, lanes=s["lanes"], shuffle_shards=False, storage_options=options)
+        .decode({"bin": to_tensor})
+        .batch(s["batch_size"])
+    )
+    with sb.Loader(
+        pipe,
+        num_workers=s["workers"],
+        max_batches=4 * s["workers"],
+        max_bytes=s["max_bytes"],
+        timeout_s=120,
+    ) as loader:
+        res = _measure(loader, len(urls) * s["per_shard"])
+        res.update(loader_stats(loader))
+    return res
+
+
+def _webdataset(
+    urls: list[str], s: dict[str, Any], *, batched: bool, s3: dict[str, Any] | None
+) -> dict[str, Any]:
+    wds = require("webdataset", purpose="the network benchmark's webdataset peer")
+    handler = WdsS3Handler(s3) if s3 is not None else None
+    if handler is not None:
+        handler.install()
+    ds = wds.WebDataset(urls, shardshuffle=False).map(wds_sample)
+    if batched:
+        ds = ds.batched(s["batch_size"])
+    loader = DataLoader(
+        ds,
+        batch_size=None if batched else s["batch_size"],
+        num_workers=s["workers"],
+        timeout=120,
+        worker_init_fn=handler.install if handler is not None else None,
+    )
+    return _measure(loader, len(urls) * s["per_shard"])
+
+
+def _map_style(base_url: str, index: list[Any], s: dict[str, Any], pf: int) -> dict[str, Any]:
+    subset = random.Random(0).sample(range(len(index)), s["map_samples"])
+    loader = DataLoader(
+        RangeDataset(base_url, index),
+        batch_size=s["batch_size"],
+        sampler=subset,
+        num_workers=s["workers"],
+        prefetch_factor=pf,
+        timeout=120,
+    )
+    return _measure(loader, len(subset))
+
+
+Case = tuple[str, str, str, Callable[[], dict[str, Any]]]  # (section, kind, name, run)
+
+
+def _wds_cases(
+    section: str, urls: list[str], s: dict[str, Any], s3: dict[str, Any] | None
+) -> list[Case]:
+    return [
+        (
+            section,
+            "webdataset",
+            f"{section}: webdataset per sample",
+            lambda: _webdataset(urls, s, batched=False, s3=s3),
+        ),
+        (
+            section,
+            "webdataset",
+            f"{section}: webdataset batched",
+            lambda: _webdataset(urls, s, batched=True, s3=s3),
+        ),
+    ]
+
+
+def _run_cases(cases: list[Case], repeats: int) -> list[dict[str, Any]]:
+    cfgs = [{"name": name, "kind": kind, "section": sec} for sec, kind, name, _ in cases]
+    fns = {name: fn for _, _, name, fn in cases}
+    results = interleaved(cfgs, lambda c: fns[c["name"]](), repeats=repeats, label="network")
+    rows = summarise(cfgs, results, ["samples_per_s", "steady_samples_per_s"])
+    for r in rows:
+        r["section"] = r["config"]["section"]
+    return rows
+
+
+def _all_rows(s: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    index = make_shards(
+        tmp, shards=s["shards"], per_shard=s["per_shard"], sample_bytes=s["sample_bytes"]
+    )
+    names = sorted({name for name, _, _ in index})
+    disk = [str(tmp / n) for n in names]
+    notes: dict[str, Any] = {}
+    with serve("http", str(tmp), s["latency_s"], s["bandwidth_bps"]) as base:
+        http = [f"{base}/{n}" for n in names]
+        cases: list[Case] = [
+            (
+                "http",
+                "streambuf",
+                f"http: streambuf lanes={s['lanes']}",
+                lambda: _streambuf(http, s, None),
+            )
+        ]
+        cases += _wds_cases("http", http, s, None)
+        for pf in s["prefetch_factors"]:
+            cases.append(
+                (
+                    "http",
+                    "map-style",
+                    f"http: map-style Range GET pf={pf}",
+                    partial(_map_style, base, index, s, pf),
+                )
+            )
+        cases.append(
+            (
+                "disk",
+                "streambuf",
+                f"disk: streambuf lanes={s['lanes']}",
+                lambda: _streambuf(disk, s, None),
+            )
+        )
+        cases += _wds_cases("disk", disk, s, None)
+        rows = _run_cases(cases, s["repeats"])
+    missing = importable("moto.server") or importable("s3fs")
+    if missing:
+        notes["s3"] = missing
+        return rows, notes
+    with serve("moto") as endpoint:
+        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+        s3 = upload(tmp, "streambuf-bench", options)
+        cases = [
+            (
+                "s3",
+                "streambuf",
+                f"s3: streambuf lanes={s['lanes']}",
+                lambda: _streambuf(s3, s, options),
+            )
+        ]
+        cases += _wds_cases("s3", s3, s, options)
+        rows += _run_cases(cases, s["repeats"])
+    return rows, notes
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    s = settings(mode)
+    require("webdataset", purpose="the network benchmark's webdataset peer")
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(loopback_env(saved))  # loopback only: never through a proxy
+    try:
+        with tempfile.TemporaryDirectory(prefix="streambuf-net-") as tmp:
+            rows, notes = _all_rows(s, Path(tmp))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    check_runs(rows)
+    for r in rows:
+        for k, run_ in enumerate(r["runs"]):
+            if run_["distinct_samples"] != run_["expected_samples"]:
+                raise RuntimeError(f"{r['name']} run {k}: samples repeated or lost")
+    heads = []
+    for section, label in (
+        (
+            "http",
+            f"network HTTP (+{s['latency_s'] * 1e3:.0f} ms/request, {s['bandwidth_bps'] / 1e6:g} MB/s per connection)",
+        ),
+        ("disk", "network local disk"),
+        ("s3", "network S3 (moto on loopback)"),
+    ):
+        sec = [r for r in rows if r["section"] == section]
+        if not sec:
+            continue
+        sb = next(r for r in sec if r["kind"] == "streambuf")
+        peer = best_peer([r for r in sec if r["kind"] != "streambuf"], "samples_per_s")
+        heads.append(
+            Headline(
+                workload=label,
+                metric="samples/s",
+                better="higher",
+                streambuf=sb["samples_per_s"],
+                peer=peer["samples_per_s"],
+                peer_name=peer["name"].split(": ", 1)[1],
+                how=f"{s['shards']} shards x {s['per_shard']} x {s['sample_bytes'] >> 10} KiB, "
+                f"{s['workers']} workers, batch {s['batch_size']}, loader creation to last batch",
+            )
+        )
+    print(
+        f"\nnetwork ({mode}): {s['shards']} shards x {s['per_shard']} samples x {s['sample_bytes'] >> 10} KiB, {s['workers']} workers, batch {s['batch_size']}, medians of {s['repeats']}"
+    )
+    text = print_table(
+        ["reader", "samples/s", "after 1st batch", "MB/s"],
+        [
+            (
+                r["name"],
+                r["samples_per_s"],
+                r["steady_samples_per_s"],
+                r["samples_per_s"] * s["sample_bytes"] / 1e6,
+            )
+            for r in rows
+        ],
+    )
+    for key, why in notes.items():
+        print(f"{key}: {why}")
+    report = {
+        "benchmark": "network",
+        "mode": mode,
+        "environment": environment(),
+        "settings": s,
+        "notes": notes,
+        "rows": rows,
+        "headline": [h.as_dict() for h in heads],
+        "table": text,
+    }
+    write_json(out, "network", report)
+    return report

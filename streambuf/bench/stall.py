@@ -1,0 +1,88 @@
+"""Consumer stall: a simulated train step and heavy-tailed per-sample latency.
+
+Per-sample latency is log-normal (median 8 ms, sigma 1: a long tail of slow reads),
+64 KiB samples, batch 32, a 40 ms train step (a sleep: it releases the GIL as CUDA
+launches do), 4 workers for both sides. Reported: the fraction of wall time the training
+loop waits for data (after the first batch) and batches/s. streambuf runs the latency on
+32 threads per worker, delivering samples as they are ready (``map(ordered=False)``), so
+one slow read does not stall a batch. The strongest peer is the DataLoader depth with
+the highest throughput.
+
+    streambuf bench stall [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._harness import MIB, environment, interleaved, mode_of, run_config, summarise
+from ._report import Headline, best_peer, check_runs, print_table, write_json
+
+RUNNER = "streambuf.bench.workloads:run_loader"
+
+
+def configs(mode: str) -> list[dict[str, Any]]:
+    tiny, quick = mode == "tiny", mode == "quick"
+    base: dict[str, Any] = {
+        "runner": RUNNER,
+        "shape": [16384],
+        "latency_s": 0.008,
+        "lognormal_sigma": 1.0,
+        "batch_size": 32,
+        "batches": 6 if tiny else (60 if quick else 120),
+        "workers": 2 if tiny else 4,
+        "step_s": 0.04,
+    }
+    pfs = [2] if tiny else [2, 4, 8]
+    out = [dict(base, kind="dataloader", prefetch_factor=k, name=f"DataLoader pf={k}") for k in pfs]
+    out.append(
+        dict(
+            base,
+            kind="streambuf",
+            threads=32,
+            ordered=False,
+            max_batches=2 * base["workers"],
+            max_bytes=64 * MIB,
+            name="streambuf threads=32",
+        )
+    )
+    return out
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    cfgs = configs(mode)
+    repeats = 3 if mode == "full" else 1
+    isolate = mode != "tiny"
+    results = interleaved(
+        cfgs, lambda c: run_config(c, isolate=isolate), repeats=repeats, label="stall"
+    )
+    rows = summarise(cfgs, results, ["wait_fraction", "batches_per_s", "peak_in_flight_bytes"])
+    check_runs(rows)
+    print(f"\nstall ({mode}): log-normal latency (median 8 ms, sigma 1), batch 32, 40 ms step")
+    text = print_table(
+        ["run", "consumer wait %", "batches/s"],
+        [(r["name"], 100 * r["wait_fraction"], r["batches_per_s"]) for r in rows],
+    )
+    sb = next(r for r in rows if r["kind"] == "streambuf")
+    peer = best_peer([r for r in rows if r["kind"] == "dataloader"], "batches_per_s")
+    head = Headline(
+        workload="stall (log-normal latency, 40 ms train step)",
+        metric="batches/s",
+        better="higher",
+        streambuf=sb["batches_per_s"],
+        peer=peer["batches_per_s"],
+        peer_name=peer["name"],
+        how=f"consumer waits {100 * sb['wait_fraction']:.1f}% (streambuf) vs "
+        f"{100 * peer['wait_fraction']:.1f}% ({peer['name']}); {cfgs[0]['workers']} workers",
+    )
+    report = {
+        "benchmark": "stall",
+        "mode": mode,
+        "environment": environment(),
+        "rows": rows,
+        "headline": [head.as_dict()],
+        "table": text,
+    }
+    write_json(out, "stall", report)
+    return report
