@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 __all__ = ["IterationPlan", "RunTracker"]
 
 
+def _dist_rank_world() -> tuple[int, int] | None:
+    """(rank, world) when torch.distributed is initialised, else None (unknown yet)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return None
+
+
 @dataclass
 class IterationPlan:
     """What the workers of one iteration start from (``workers[w]``: logical worker w)."""
@@ -61,7 +73,13 @@ class RunTracker:
         self._before: Progress | None = None
 
     def load(self, state: Any) -> None:
-        self._loaded = _state.check_loadable(self.pipe, state)
+        loaded = _state.check_loadable(self.pipe, state)
+        known = self.pipe.rank_world or _dist_rank_world()
+        if known is not None:  # check the plan now, not at the first iteration
+            _state.worker_plan(
+                self.pipe, loaded, rank=known[0], world_size=known[1], num_workers=self.num_workers
+            )
+        self._loaded = loaded
 
     def start(self, *, epoch: int, rank: int, world_size: int) -> IterationPlan:
         """The plan of an iteration starting now (consumes a loaded state)."""

@@ -32,11 +32,15 @@ class Progress:
 
     def __init__(self) -> None:
         self.claims: dict[int, list[Claim]] = {}
+        self.sets: dict[int, set[int]] = {}  # explicit done indices (a video's clips)
         self.pending: dict[int, dict[int, list[Any]]] = {}  # shard -> index -> entry
 
     # -- building -----------------------------------------------------------------------
     def claim(self, shard: int, stride: int, offset: int, upto: int | None, hint: Any) -> None:
         self.claims.setdefault(shard, []).append((stride, offset, upto, hint))
+
+    def claim_set(self, shard: int, indices: Iterable[int]) -> None:
+        self.sets.setdefault(shard, set()).update(int(i) for i in indices)
 
     def add_pending(self, entry: Sequence[Any]) -> None:
         self.pending.setdefault(int(entry[0]), {})[int(entry[1])] = list(entry)
@@ -74,7 +78,7 @@ class Progress:
         cursor = snap.get("source") or {}
         lanes = cursor.get("lanes") or []
         k = len(lanes)
-        first_ready = "claimed" in cursor
+        first_ready = "seen" in cursor
         open_at: dict[int, tuple[int, Any]] = {}
         for cur in lanes:
             if cur is not None:
@@ -82,7 +86,10 @@ class Progress:
         for i, shard in enumerate(shards):
             if i in open_at:
                 upto, hint = open_at[i]
-                self.claim(shard, stride, offset, upto, hint)
+                if isinstance(hint, dict) and "done" in hint:  # handed out in another order
+                    self.claim_set(shard, hint["done"])
+                else:
+                    self.claim(shard, stride, offset, upto, hint)
             elif self._passed(i, k, lanes, first_ready, cursor):
                 self.claim(shard, stride, offset, None, None)
         for entry in snap.get("pending") or []:
@@ -93,14 +100,17 @@ class Progress:
         i: int, k: int, lanes: list[Any], first_ready: bool, cursor: dict[str, Any]
     ) -> bool:
         """Was slot-list shard ``i`` read to its end (and left) by its lane?"""
-        if first_ready:
-            return i < int(cursor.get("claimed", 0))  # claimed and not open: finished
+        if first_ready:  # seen and no longer any lane's: finished
+            n, extra = cursor["seen"]
+            return i < int(n) or i in extra
         lane = i % k if k else 0
         cur = lanes[lane] if k else None
         return cur is not None and int(cur[0]) > i
 
     # -- queries ------------------------------------------------------------------------
     def claimed(self, shard: int, index: int) -> bool:
+        if index in self.sets.get(shard, ()):
+            return True
         for stride, offset, upto, _ in self.claims.get(shard, ()):
             if (
                 index >= offset
@@ -127,6 +137,8 @@ class Progress:
     def entry(self, shard: int) -> tuple[int, Any]:
         """Where to start reading ``shard``: past a whole-shard claim's end when nothing
         before it is left (pending samples are fetched on their own), else its start."""
+        if shard in self.sets:  # the reader skips these itself
+            return 0, {"done": sorted(self.sets[shard])}
         best: tuple[int, Any] = (0, None)
         for stride, offset, upto, hint in self.claims.get(shard, ()):
             if stride == 1 and offset == 0 and upto is not None and hint is not None:
@@ -146,7 +158,7 @@ class Progress:
     def remaining(self, shard: int, size: int, stride: int, offset: int) -> int:
         """Samples of ``shard`` (``size`` in all) in share ``(stride, offset)`` not done."""
         share = len(range(offset, size, stride))
-        if shard not in self.claims:
+        if shard not in self.claims and shard not in self.sets:
             return share
         if self.shard_done(shard):
             return sum(
@@ -160,6 +172,7 @@ class Progress:
     def to_data(self) -> dict[str, Any]:
         return {
             "claims": {str(s): [list(c) for c in cs] for s, cs in self.claims.items()},
+            "sets": {str(s): sorted(v) for s, v in self.sets.items()},
             "pending": [row for rows in self.pending.values() for row in rows.values()],
         }
 
@@ -169,6 +182,8 @@ class Progress:
         for shard, claims in data.get("claims", {}).items():
             for stride, offset, upto, hint in claims:
                 prog.claim(int(shard), int(stride), int(offset), upto, hint)
+        for shard, indices in data.get("sets", {}).items():
+            prog.claim_set(int(shard), indices)
         for row in data.get("pending", []):
             prog.add_pending(row)
         return prog

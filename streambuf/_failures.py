@@ -12,6 +12,7 @@ import logging
 import threading
 from typing import Literal
 
+from ._units import check_choice, check_int
 from .errors import StageError, TooManyFailures
 
 __all__ = ["FailurePolicy", "OnError"]
@@ -34,10 +35,9 @@ class FailurePolicy:
     def __init__(
         self, on_error: OnError = "raise", max_failures: int | None = None, *, stage: str
     ) -> None:
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error={on_error!r} must be 'raise' or 'skip'")
-        if max_failures is not None and max_failures < 0:
-            raise ValueError(f"max_failures={max_failures!r} must be >= 0 or None")
+        check_choice(on_error, name="on_error", choices=("raise", "skip"))
+        if max_failures is not None:
+            check_int(max_failures, name="max_failures")
         self.on_error: OnError = on_error
         self.max_failures = max_failures
         self.stage = stage

@@ -146,6 +146,7 @@ class Iteration:
         if resume is not None and self.done:
             return  # the saved state had delivered everything
         while True:
+            resumed = resume is not None
             it = self._open_pass(resume)
             resume = None
             got = 0
@@ -165,7 +166,7 @@ class Iteration:
             if self.target is None or self.produced >= self.target:
                 self.last = True
                 return
-            if got == 0:
+            if got == 0 and not resumed:  # a resumed pass may have had nothing left
                 ctx = self.ctx
                 raise ValueError(
                     f"equalize: rank {ctx.rank} worker {ctx.worker} must yield {self.target} "

@@ -16,7 +16,9 @@ consumer's thread, as one lane.
 **Cursor** (``cursor()``, under the ledger's lock): per lane, where the consumer side is:
 ``[slot_index, next_index, next_hint]`` (``slot_index`` in the slot's shard list) or
 None before its first sample; plus the round-robin lane due next, or, for
-``first_ready``, how many shards the lanes have claimed. Everything a lane read past its
+``first_ready``, the shards the consumer has seen samples of (``[n, [extra...]]``: the
+first ``n`` of the list and these others; a lane claims shards in list order, so a shard
+claimed but not seen yet is simply read again). Everything a lane read past its
 cursor is re-read after a resume; everything before it is behind the consumer except the
 ledger's pending samples.
 
@@ -96,7 +98,9 @@ class SourceRun:
         if len(self._cur) != k:
             raise ValueError(f"resume state has {len(self._cur)} lanes, this run has {k}")
         self._next_lane = int(cursor.get("next_lane", 0))
-        self._claimed = int(cursor.get("claimed", 0))
+        seen = cursor.get("seen") or [0, []]
+        self._seen: set[int] = set(range(int(seen[0]))) | {int(i) for i in seen[1]}
+        self._claimed = 0
         self._claim_lock = threading.Lock()
         pending = list(pending or [])
         if progress is not None and not resumed:  # an exact resume owes its own list
@@ -129,7 +133,9 @@ class SourceRun:
             if cur is not None:
                 yield int(cur[0]), int(cur[1]), cur[2]
             while True:
-                with self._claim_lock:
+                with self._claim_lock:  # the next shard nobody has delivered from
+                    while self._claimed in self._seen:
+                        self._claimed += 1
                     i = self._claimed
                     if i >= len(self.shard_ids):
                         return
@@ -238,6 +244,7 @@ class SourceRun:
                     rec = self._issue((self.shard_ids[i], j), h0, value)
                     self._cur[lane] = [i, j + 1, h1]
                     self._next_lane = (lane + 1) % k
+                    self._seen.add(i)
                 yield rec
         finally:
             if runner is not None:
@@ -269,7 +276,10 @@ class SourceRun:
         """Where the consumer side is (call under the ledger's lock)."""
         out: dict[str, Any] = {"lanes": [list(c) if c is not None else None for c in self._cur]}
         if self.order == "first_ready":
-            out["claimed"] = self._claimed
+            n = 0
+            while n in self._seen:
+                n += 1
+            out["seen"] = [n, sorted(i for i in self._seen if i > n)]
         else:
             out["next_lane"] = self._next_lane
         return out

@@ -148,7 +148,7 @@ def check_loadable(pipe: Pipeline, state: Any) -> dict[str, Any]:
         ):
             raise ValueError("these states come from different runs (epoch or layout differ)")
     ranks = [s["layout"]["rank"] for s in states]
-    if len(states) > 1 and ranks != list(range(head["layout"]["world_size"])):
+    if not isinstance(state, dict) and ranks != list(range(head["layout"]["world_size"])):
         raise ValueError(
             f"load_state_dict() got the states of ranks {ranks} of a world of "
             f"{head['layout']['world_size']}: pass all of them (one per old rank)"

@@ -31,7 +31,7 @@ from . import _state
 from ._failures import OnError
 from ._iteration import Iteration
 from ._shared import SharedInt
-from ._units import check_choice, check_int
+from ._units import check_bool, check_choice, check_int
 from .buffer import Order
 from .sharding import (
     Equalize,
@@ -147,8 +147,14 @@ class Pipeline(IterableDataset[Any]):
         self._is_seq = isinstance(source, Sequence)
         self._expand = expand
         self._reader = reader
-        self._shuffle_shards = bool(shuffle_shards)
+        self._shuffle_shards = check_bool(shuffle_shards, name="shuffle_shards")
         self._seed = check_int(seed, name="seed", minimum=-(1 << 63))
+        if samples_per_shard is not None:
+            counts = (
+                [samples_per_shard] if isinstance(samples_per_shard, int) else samples_per_shard
+            )
+            for c in counts:
+                check_int(c, name="samples_per_shard")
         self._samples_per_shard = samples_per_shard
         self._equalize = equalize
         self._rank_world: tuple[int, int] | None = (

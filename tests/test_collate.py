@@ -6,7 +6,6 @@ import torch
 from torch.utils.data import default_collate
 
 from streambuf.stages import batch_items
-from streambuf.stages import batch_items as batch_in_place
 
 
 def assert_same(a, b):
@@ -40,7 +39,7 @@ SAMPLES = {
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_equals_default_collate(name, drop_last):
     items = SAMPLES[name]
-    got = list(batch_in_place(items, 3, drop_last=drop_last))
+    got = list(batch_items(items, 3, drop_last=drop_last))
     stop = 6 if drop_last else 7
     expected = [default_collate(items[i : min(i + 3, stop)]) for i in range(0, stop, 3)]
     assert len(got) == len(expected)
@@ -50,7 +49,7 @@ def test_equals_default_collate(name, drop_last):
 
 def test_mismatched_shapes_raise_clear_error():
     with pytest.raises(ValueError, match="differ"):
-        list(batch_in_place([torch.zeros(2), torch.zeros(3)], 2))
+        list(batch_items([torch.zeros(2), torch.zeros(3)], 2))
 
 
 def test_unknown_leaf_falls_back_to_default_collate():

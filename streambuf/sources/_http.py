@@ -47,8 +47,9 @@ class _HTTPRaw(_RawBase):
 
     def _connect(self, offset: int) -> None:
         headers = dict(self._headers)
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
+        if offset or self.end is not None:
+            last = "" if self.end is None else str(self.end - 1)
+            headers["Range"] = f"bytes={offset}-{last}"
             if self._validator:
                 headers["If-Range"] = self._validator[1]
         req = urllib.request.Request(self._plain_url, headers=headers)
@@ -73,7 +74,7 @@ class _HTTPRaw(_RawBase):
         except BaseException:
             resp.close()
             raise
-        if offset == 0:  # nothing delivered yet: this answer's version is the one we read
+        if offset == self.start:  # nothing delivered yet: this answer's version is ours
             etag = resp.headers.get("ETag")
             if etag and not etag.startswith("W/"):
                 self._validator = ("etag", etag)
@@ -107,7 +108,7 @@ class _HTTPRaw(_RawBase):
             size = int(length) if length is not None and length.isdigit() else None
         else:
             raise _Transient(f"unexpected HTTP status {status}")
-        if offset:
+        if offset > self.start:
             self._check_same_object(resp, offset, size)
         if size is not None:
             self.size = size

@@ -135,6 +135,8 @@ class _RawBase(io.RawIOBase):
         self.url = redact(url, secrets=secrets)
         self.size: int | None = None
         self.offset = 0
+        self.start = 0  # where this read began (a resume opens past byte 0)
+        self.end: int | None = None  # stop before this byte (a ranged fetch), or None
         self.retries = 0
         self._target = url
         self._max_retries = retries
@@ -268,7 +270,9 @@ class _RawBase(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         n = len(b)
-        if n == 0 or (self.size is not None and self.offset >= self.size):
+        if self.end is not None:
+            n = min(n, self.end - self.offset)
+        if n <= 0 or (self.size is not None and self.offset >= self.size):
             return 0
         data = self._attempt(lambda: self._attempt_read(min(n, self._block)), stage="read")
         k = len(data)

@@ -123,10 +123,11 @@ class TarAccess:
         self._ahead: list[_Ahead | None] = [None] * max(1, lanes)
         self._closed = False
 
-    def _open(self, shard: int, offset: int) -> ShardReader:
+    def _open(self, shard: int, offset: int, length: int | None = None) -> ShardReader:
         return open_stream(
             self.urls[shard],
             offset=offset,
+            length=length,
             max_concurrent_io=self._sem,
             counters=self.io,
             **self.options.transport(),
@@ -159,7 +160,8 @@ class TarAccess:
                 for j, h0, h1, sample in records:
                     self._maybe_read_ahead(lane, stream)
                     if j >= index and j >= offset and (j - offset) % stride == 0:
-                        yield j, h0, h1, sample
+                        # fetch hint: the sample's byte range; resume hint: where it ends
+                        yield j, (None if h0 is None else [h0, h1]), h1, sample
             with self._lock:
                 self.shards_done += 1
         except Exception as exc:
@@ -191,29 +193,40 @@ class TarAccess:
 
     # -- fetching particular samples ----------------------------------------------------
     def fetch(self, shard: int, wanted: list[tuple[int, Any]], /) -> Iterator[tuple[int, Any]]:
-        runs: list[list[tuple[int, Any]]] = []
-        for index, hint in sorted(wanted, key=lambda w: w[0]):
-            if runs and index == runs[-1][-1][0] + 1 and hint is not None:
-                runs[-1].append((index, hint))
-            else:
-                runs.append([(index, hint)])
+        """The samples ``wanted`` (``(index, [start, end])``): each run of consecutive
+        samples is one bounded ranged request; without byte ranges (gzip), one read
+        from the start that skips the others."""
         name = self.name(shard)
-        for run in runs:
-            first, hint = run[0]
-            want = {i for i, _ in run}
-            start = int(hint) if hint is not None else 0
-            with self._open(shard, start) as stream:
+        wanted = sorted(wanted, key=lambda w: w[0])
+        if any(h is None for _, h in wanted):
+            want = {i for i, _ in wanted}
+            with self._open(shard, 0, None) as stream:
                 records = iter_tar_records(
-                    stream,
-                    url=name,
-                    base_offset=start,
-                    first_index=first if hint is not None else 0,
-                    limit=len(run) if hint is not None else run[-1][0] + 1,
-                    **self.options.tar(),
+                    stream, url=name, limit=wanted[-1][0] + 1, **self.options.tar()
                 )
                 for j, _, _, sample in records:
                     if j in want:
                         yield j, sample
+            return
+        runs: list[list[tuple[int, Any]]] = []
+        for index, hint in wanted:
+            if runs and index == runs[-1][-1][0] + 1 and hint[0] == runs[-1][-1][1][1]:
+                runs[-1].append((index, hint))
+            else:
+                runs.append([(index, hint)])
+        for run in runs:
+            start, end = int(run[0][1][0]), int(run[-1][1][1])
+            with self._open(shard, start, end - start) as stream:
+                records = iter_tar_records(
+                    stream,
+                    url=name,
+                    base_offset=start,
+                    first_index=run[0][0],
+                    limit=len(run),
+                    **self.options.tar(),
+                )
+                for j, _, _, sample in records:
+                    yield j, sample
 
     def close(self) -> None:
         """Abort every in-flight read (called from the consumer's thread)."""

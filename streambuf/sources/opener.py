@@ -150,12 +150,16 @@ def open_stream(
     min_rate_bps: float | None = 1024,
     rate_window_s: float = 10.0,
     offset: int = 0,
+    length: int | None = None,
 ) -> ShardReader:
     """Open ``url`` for sequential reading with retries that resume at the byte offset.
 
     Args:
         url: local path, ``file://``, ``http(s)://`` or any fsspec URL.
         offset: the byte to start at (a ranged request for remote objects).
+        length: read at most this many bytes from ``offset`` (a bounded ranged request:
+            fetching one sample costs its bytes, not the rest of the shard); None: to
+            the end.
         storage_options: fsspec filesystem options (``endpoint_url``, ``key``, ``secret``,
             ``anon``...); values of sensitive keys are redacted from every message.
         retries: consecutive failed attempts allowed without progress (>= 0).
@@ -222,7 +226,12 @@ def open_stream(
         raw = _FsspecRaw(target, storage_options=storage_options, **kw)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset={offset!r} must be an int >= 0")
-    raw.offset = offset
+    if length is not None and (
+        isinstance(length, bool) or not isinstance(length, int) or length < 1
+    ):
+        raise ValueError(f"length={length!r} must be an int >= 1 or None")
+    raw.offset = raw.start = offset
+    raw.end = None if length is None else offset + length
     try:
         raw.open()
     except BaseException:

@@ -282,7 +282,8 @@ def iter_tar_records(
     ``start`` with ``limit=1``. ``fileobj`` starts at ``base_offset`` of the shard (a
     header boundary). Offsets are None for a gzip stream (it cannot be entered in the
     middle: resume it by index). With ``limit``, stop after that many samples, reading
-    nothing further (no end-of-archive check).
+    nothing further (no end-of-archive check; the stream may end right after the last
+    one, as a bounded ranged fetch does).
     """
     source = redact(url)
     member = "<first header>"
@@ -300,6 +301,9 @@ def iter_tar_records(
                 chain = base_offset + inp.pos  # a member's first header starts here
             hdr = inp.read(_BLOCK)
             if not hdr:
+                if limit is not None and sample is not None:  # a bounded fetch ends here
+                    yield index, start if plain else None, chain if plain else None, sample
+                    return
                 raise _TarError("stream ended without an end-of-archive marker")
             if len(hdr) < _BLOCK:
                 raise _TarError(f"truncated header ({len(hdr)} of 512 bytes)")

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, fields
 from typing import IO, TYPE_CHECKING, Any
 
 from .._failures import FailurePolicy, OnError
-from .._units import parse_count
+from .._units import check_bool, check_choice, check_int, parse_count
 from ..errors import VideoError, add_note
 from ..pipeline import Pipeline, WorkerContext
 from ..sharding import Equalize
@@ -300,14 +300,15 @@ def clips(
             f"sampler={sampler!r} has no sample(info, rng) method; use e.g. "
             "streambuf.video.clips_at_random_indices(...)"
         )
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout={layout!r} must be one of {_LAYOUTS}")
+    check_choice(layout, name="layout", choices=_LAYOUTS)
     for arg, value in (("width", width), ("height", height)):
-        if value is not None and value <= 0:
-            raise ValueError(f"{arg}={value} must be > 0, or None for the coded size")
-    if ffmpeg_threads < 0:
-        raise ValueError(f"ffmpeg_threads={ffmpeg_threads} must be >= 0 (0: FFmpeg decides)")
+        if value is not None:
+            check_int(value, name=arg, minimum=1)
+    check_int(ffmpeg_threads, name="ffmpeg_threads")  # 0: FFmpeg decides
     parse_count(threads, name="threads")
+    check_bool(shuffle_videos, name="shuffle_videos")
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
     if clips_per_video is not None:
         parse_count(clips_per_video, name="clips_per_video")
