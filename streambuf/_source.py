@@ -176,7 +176,7 @@ class SourceRun:
         for p in self._pending:
             groups.setdefault(int(p[0]), []).append((int(p[1]), p[2]))
         pool = ThreadPoolExecutor(
-            max_workers=max(1, min(len(groups), self.lanes or 1, 8)),
+            max_workers=max(1, min(len(groups), 8)),
             thread_name_prefix=f"streambuf-{self.name}-replay",
         )
         futures: dict[int, Future[dict[int, Any]]] = {

@@ -121,3 +121,53 @@ def test_loader_built_before_init_process_group_shards_per_rank():
     ids = [x for _, batches, _, _ in results for b in batches for x in b]
     assert set(ids) == set(all_samples(7))
     assert len(ids) < 2 * len(all_samples(7))  # not every rank reading everything
+
+
+def _elastic_rank(rank, world, port, states, out):
+    try:
+        import torch.distributed as dist
+
+        from tests.resume_data import plain_loader
+
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
+        try:
+            loader = plain_loader(workers=2)  # rank and world from torch.distributed
+            loader.load_state_dict(states)
+            ids = [x for b in loader for x in ids_of(b)]
+            gathered: list = [None] * world
+            dist.all_gather_object(gathered, ids)
+            out.put((rank, gathered))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:
+        out.put((rank, repr(exc)))
+        raise
+
+
+def test_elastic_resume_on_real_ranks():
+    """3 ranks (simulated) stop mid-epoch and save one state each; 2 real gloo ranks load
+    the list and finish the epoch: every sample exactly once over both runs."""
+    from tests.resume_data import N_SHARDS, plain_loader
+    from tests.resume_harness import counted_once, save_after
+
+    delivered, states = [], []
+    for rank in range(3):
+        first, state = save_after(plain_loader, {"workers": 2, "rank": rank, "world": 3}, 2)
+        delivered += [x for b in first for x in b]
+        states.append(state)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_elastic_rank, args=(r, 2, port, states, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = sorted((out.get(timeout=150) for _ in procs), key=lambda r: r[0])
+    for p in procs:
+        p.join(30)
+    assert all(isinstance(g, list) for _, g in results), results
+    per_rank = results[0][1]
+    assert per_rank == results[1][1] and len(per_rank) == 2
+    assert per_rank[0] and per_rank[1], "each new rank takes a share"
+    counted_once(delivered + [x for ids in per_rank for x in ids], all_samples(N_SHARDS))
