@@ -13,9 +13,10 @@ A state (``Loader.state_dict()``, ``Pipeline.state_dict()``) is plain data (JSON
 ``plan(pipe, states)`` decides how the next iteration resumes:
 
 * ``complete``: the next iteration is the *next* epoch, from its start;
-* one state of this rank's exact layout (rank, world size, workers): each worker resumes
-  its own snapshot (``mode="exact"``): the remainder is identical to the uninterrupted
-  run's with ``in_order=True``, and exactly once in any case;
+* this rank's own state, same world size and workers (alone, or in the list of all
+  ranks' states): each worker resumes its own snapshot (``mode="exact"``): the
+  remainder is identical to the uninterrupted run's with ``in_order=True``, and exactly
+  once in any case;
 * otherwise (``mode="elastic"``): the states of *all* old ranks are needed; what they
   delivered becomes a ``streambuf._elastic.Progress`` and every new slot reads its new
   share of what is left: every remaining sample exactly once, order re-derived.
@@ -168,16 +169,19 @@ def worker_plan(
     if plan["complete"]:
         return plan["epoch"] + 1, "fresh", None, None, 0
     states = plan["states"]
+    mine = [
+        s
+        for s in states
+        if (s["layout"]["rank"], s["layout"]["world_size"], s["layout"]["num_workers"])
+        == (rank, world_size, num_workers)
+    ]
+    if mine and (len(states) == 1 or len(states) == world_size):  # this rank's own state
+        state = mine[0]
+        before = state.get("before")
+        progress = Progress.from_data(before) if before is not None else None
+        return plan["epoch"], "exact", state["workers"], progress, state["next_worker"]
     if len(states) == 1:
         layout = states[0]["layout"]
-        if (layout["rank"], layout["world_size"], layout["num_workers"]) == (
-            rank,
-            world_size,
-            num_workers,
-        ):
-            before = states[0].get("before")
-            progress = Progress.from_data(before) if before is not None else None
-            return plan["epoch"], "exact", states[0]["workers"], progress, states[0]["next_worker"]
         if layout["world_size"] != 1:
             raise ValueError(
                 f"the saved run had world_size={layout['world_size']}; to resume at "

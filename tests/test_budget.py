@@ -328,3 +328,27 @@ def test_blocked_reservations_are_woken_and_bounds_hold(kind, pooled):
         assert all(p <= slice_b for p in s.per_worker_peak_bytes)
         assert all(p <= max_batches // workers for p in s.per_worker_peak_batches)
     assert s.worker_wait_s > 0  # they did block, and were woken
+
+
+def _hold_lock(budget: CreditBudget, ready: Any) -> None:
+    budget._lock.acquire()  # a worker that dies (or stops) inside a budget operation
+    ready.set()
+    time.sleep(60)
+
+
+def test_main_side_never_hangs_on_a_lock_held_by_a_dead_worker():
+    from streambuf import WorkerError
+
+    budget = CreditBudget(
+        num_workers=1, max_bytes=100, max_batches=2, pooled=False, ctx=FORK, lock_timeout_s=0.5
+    )
+    ready = FORK.Event()
+    proc = FORK.Process(target=_hold_lock, args=(budget, ready), daemon=True)
+    proc.start()
+    assert ready.wait(10)
+    proc.kill()
+    proc.join(10)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match="credit lock"):
+        budget.release(0, 10)
+    assert time.monotonic() - t0 < 5

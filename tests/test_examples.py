@@ -34,3 +34,15 @@ def test_latency_pipeline_example():
     assert out.returncode == 0, out.stderr
     # 1024 samples in batches of 32, every one delivered
     assert out.stdout.startswith("32 batches in "), out.stdout
+
+
+@pytest.mark.timeout(180)
+def test_checkpoint_resume_example():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "checkpoint_resume.py")],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "all 96 exactly once" in out.stdout, out.stdout

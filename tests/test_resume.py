@@ -125,3 +125,19 @@ def test_load_errors_name_the_problem():
         plain_loader(workers=2).load_state_dict({"epoch": 0})
     with pytest.raises(ValueError, match="ranks"):
         plain_loader(workers=2).load_state_dict([state])  # one of two ranks only
+
+
+def test_all_ranks_states_at_the_same_layout_resume_exactly():
+    """Passing the list of every rank's state (the simplest DDP code: always gather) at
+    an unchanged layout resumes each rank exactly (not elastically)."""
+    world, kw = 2, {"workers": 2}
+    firsts, states, refs = [], [], []
+    for rank in range(world):
+        r_kw = {**kw, "rank": rank, "world": world}
+        refs.append([ids_of(b) for b in plain_loader(**r_kw)])
+        first, state = save_after(plain_loader, r_kw, 3)
+        firsts.append(first)
+        states.append(state)
+    for rank in range(world):
+        rest, _ = resume_and_finish(plain_loader, {**kw, "rank": rank, "world": world}, states)
+        assert firsts[rank] + rest == refs[rank]
