@@ -30,7 +30,7 @@ def make_shards(folder: str, shards: int = 6, per_shard: int = 16) -> str:
                 info = tarfile.TarInfo(f"{s:04d}_{i:04d}.txt")
                 info.size = len(data)
                 tf.addfile(info, io.BytesIO(data))
-    return os.path.join(folder, "train-{0000..%04d}.tar" % (shards - 1))
+    return os.path.join(folder, "train-{0000.." + f"{shards - 1:04d}" + "}.tar")
 
 
 def loader_for(spec: str, rank: int, world: int) -> sb.Loader:
