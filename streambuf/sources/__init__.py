@@ -2,11 +2,14 @@
 
 ``expand_urls`` -> ``stream_shards`` (lanes of ``open_stream`` + ``iter_tar_records``)
 -> ``Decoder``; ``shards`` wraps them in a ``streambuf.Pipeline`` (``TarReader`` per
-worker, ``shard_stats`` for the counters); ``ShardOptions`` holds every reading option. Remote protocols need ``pip install streambuf[remote]``.
+worker, ``shard_stats`` for the counters); ``ShardOptions`` holds every reading option;
+``ShardCache`` is the node-local cache of remote shards (``cache_dir``/``cache_limit``).
+Remote protocols need ``pip install streambuf[remote]``.
 """
 
 from __future__ import annotations
 
+from .cache import CacheStats, ShardCache, cached_file
 from .decoders import (
     DEFAULT_DECODERS,
     SKIPPED,
@@ -25,9 +28,11 @@ from .urls import expand_urls, redact, secrets_of
 __all__ = [
     "DEFAULT_DECODERS",
     "SKIPPED",
+    "CacheStats",
     "Decoder",
     "IOCounters",
     "IOStats",
+    "ShardCache",
     "ShardCounters",
     "ShardOptions",
     "ShardReader",
@@ -35,6 +40,7 @@ __all__ = [
     "ShardTotals",
     "SourceStats",
     "TarReader",
+    "cached_file",
     "decode_sample",
     "expand_urls",
     "iter_tar_records",

@@ -14,10 +14,14 @@
   (URL redacted, a note naming the shard); ``"skip"``: logged and counted, the lane goes
   on with its next shard, a failed shard keeping its good prefix; more than
   ``max_failures`` skips raise ``TooManyFailures``.
+* **Cache** (``cache_dir``/``cache_limit``): every open of a remote shard goes through
+  this reader's ``ShardCache``: an entry when there is a sound one (any offset and
+  length: resumes and fetches too), else the network, teed into a new entry when the read
+  starts at byte 0 (``streambuf.sources.cache``). Local files are never cached.
 * ``close()`` aborts every in-flight read (lanes then stop at once).
 
-Counters (shards done/skipped, I/O) are this access's, published to the pipeline's
-``ShardCounters`` by ``publish``.
+Counters (shards done/skipped, I/O, cache) are this access's, published to the
+pipeline's ``ShardCounters`` by ``publish``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from .._failures import FailurePolicy
 from ..errors import ShardError, add_note
+from .cache import ShardCache, is_cacheable
 from .opener import IOCounters, ShardReader, open_stream
 from .options import ShardOptions
 from .tar import iter_tar_records
@@ -125,15 +130,40 @@ class TarAccess:
         self._next: list[tuple[int, int, Any] | None] = [None] * max(1, lanes)
         self._ahead: list[_Ahead | None] = [None] * max(1, lanes)
         self._closed = False
+        self.cache = (
+            None
+            if options.cache_dir is None or options.cache_limit is None
+            else ShardCache(
+                options.cache_dir,
+                int(options.cache_limit),
+                keep=self.urls,
+                storage_options=options.storage_options,
+                secrets=self._secrets,
+            )
+        )
 
     def _open(self, shard: int, offset: int, length: int | None = None) -> ShardReader:
-        return open_stream(
-            self.urls[shard],
+        """The one place a shard is opened: through the cache when there is one."""
+        url = self.urls[shard]
+
+        def remote(offset: int, length: int | None) -> ShardReader:
+            return open_stream(
+                url,
+                offset=offset,
+                length=length,
+                max_concurrent_io=self._sem,
+                counters=self.io,
+                **self.options.transport(),
+            )
+
+        if self.cache is None or not is_cacheable(url):
+            return remote(offset, length)
+        return self.cache.open(
+            url,
             offset=offset,
             length=length,
-            max_concurrent_io=self._sem,
-            counters=self.io,
-            **self.options.transport(),
+            remote=remote,
+            block_bytes=int(self.options.block_bytes),
         )
 
     def name(self, shard: int) -> str:

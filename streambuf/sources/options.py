@@ -10,6 +10,7 @@ the argument, never later in a worker.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -51,6 +52,8 @@ class ShardOptions:
     max_member_bytes: int | str = "1GiB"
     max_sample_bytes: int | str | None = None
     max_shard_bytes: int | str | None = "64GiB"
+    cache_dir: str | None = None
+    cache_limit: int | str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -96,6 +99,21 @@ class ShardOptions:
             "max_shard_bytes",
             parse_optional_bytes(self.max_shard_bytes, name="max_shard_bytes"),
         )
+        put(self, "cache_dir", _check_cache_dir(self.cache_dir))
+        if self.cache_dir is None:
+            if self.cache_limit is not None:
+                raise ValueError(
+                    f"cache_limit={self.cache_limit!r} needs cache_dir= (the node-local "
+                    "folder to cache shards in)"
+                )
+        elif self.cache_limit is None:
+            raise ValueError(
+                f"cache_dir={self.cache_dir!r} needs cache_limit=, the most bytes the cache may "
+                "hold (e.g. cache_limit='200GiB': what this node's disk can spare; "
+                "see docs/cache.md)"
+            )
+        else:
+            put(self, "cache_limit", parse_bytes(self.cache_limit, name="cache_limit"))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -132,3 +150,30 @@ class ShardOptions:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _check_cache_dir(value: Any) -> str | None:
+    """``cache_dir`` as a ``str``: an existing writable folder, or one that can be made
+    (its nearest existing parent is a writable folder). Nothing is created here."""
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"cache_dir={value!r} must be a path (str or os.PathLike) or None")
+    path = os.path.abspath(os.fspath(value))
+    if "://" in os.fspath(value):
+        raise ValueError(f"cache_dir={value!r} must be a local folder, not a URL")
+    try:
+        import fcntl  # noqa: F401  (the cache's cross-process locks)
+    except ImportError:
+        raise ValueError("cache_dir= needs fcntl file locks (Linux, macOS)") from None
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"cache_dir={value!r}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"cache_dir={value!r}: {probe} is not writable by this user; pass a folder you "
+            "can write to (node-local disk)"
+        )
+    return path

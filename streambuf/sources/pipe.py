@@ -36,12 +36,13 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .._failures import OnError
 from ..buffer import Order
 from .access import TarAccess
+from .cache import CacheStats
 from .opener import IOStats
 from .options import ShardOptions
 from .urls import UrlSpec, expand_urls
@@ -54,7 +55,9 @@ __all__ = ["ShardCounters", "ShardTotals", "TarReader", "shard_stats", "shards"]
 
 log = logging.getLogger("streambuf")
 
-_FIELDS = ("shards_done", "shards_skipped", "samples", *(f.name for f in fields(IOStats)))
+_IO = tuple(f.name for f in fields(IOStats))
+_CACHE = tuple(f.name for f in fields(CacheStats))
+_FIELDS = ("shards_done", "shards_skipped", "samples", *_IO, *(f"cache_{n}" for n in _CACHE))
 _SLOTS = 64
 
 
@@ -67,13 +70,16 @@ class ShardTotals:
             readers counts ``m`` times). shards_skipped: shard reads that failed under
             ``on_error="skip"``. samples: samples delivered by the lanes.
         io: opens, requests, retries (failed attempts that were retried), bytes and
-            discarded bytes (``IOStats``).
+            discarded bytes (``IOStats``) of the network (cache hits are not in it).
+        cache: hits, misses, writes, evictions, corrupt entries, bytes saved and bytes
+            written of the shard cache (``CacheStats``; zeros without ``cache_dir``).
     """
 
     shards_done: int
     shards_skipped: int
     samples: int
     io: IOStats
+    cache: CacheStats = field(default_factory=CacheStats)
 
 
 def _spawning() -> bool:
@@ -102,7 +108,8 @@ class ShardCounters:
     def snapshot(self) -> ShardTotals:
         n = len(_FIELDS)
         sums = [sum(self._raw[s * n + k] for s in range(_SLOTS)) for k in range(n)]
-        return ShardTotals(sums[0], sums[1], sums[2], IOStats(*sums[3:]))
+        k = 3 + len(_IO)
+        return ShardTotals(sums[0], sums[1], sums[2], IOStats(*sums[3:k]), CacheStats(*sums[k:]))
 
     def __getstate__(self) -> dict[str, Any]:
         if _spawning():
@@ -126,8 +133,13 @@ class _Counting(TarAccess):
 
     def values(self) -> list[int]:
         io = self.io.snapshot()
-        return [self.shards_done, self.policy.skipped, self.samples] + [
-            getattr(io, f) for f in _FIELDS[3:]
+        cache = self.cache.stats() if self.cache is not None else CacheStats()
+        return [
+            self.shards_done,
+            self.policy.skipped,
+            self.samples,
+            *(getattr(io, f) for f in _IO),
+            *(getattr(cache, f) for f in _CACHE),
         ]
 
     def publish(self, force: bool = False) -> None:
@@ -229,6 +241,8 @@ def shards(
     max_member_bytes: int | str = "1GiB",
     max_sample_bytes: int | str | None = None,
     max_shard_bytes: int | str | None = "64GiB",
+    cache_dir: str | None = None,
+    cache_limit: int | str | None = None,
 ) -> Pipeline:
     """A ``Pipeline`` of WebDataset samples from tar shards, read by lanes in each worker.
 
@@ -260,6 +274,11 @@ def shards(
             block_bytes: ``open_stream`` options (retries resume at the byte offset; a
             connection slower than ``min_rate_bps`` is a fault).
         max_member_bytes, max_sample_bytes, max_shard_bytes: untrusted-shard limits.
+        cache_dir, cache_limit: a node-local folder to cache remote shards in (shared by
+            every worker and rank on the node; written while the shards stream, read
+            instead of the network when present) and the most bytes it may hold
+            (required with ``cache_dir``; int or "200GiB"). Local files are never cached.
+            See docs/cache.md and ``ShardTotals.cache``.
 
     Returns:
         A ``streambuf.Pipeline``; chain ``.decode()``, ``.map()``, ``.shuffle()``,
