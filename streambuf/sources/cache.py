@@ -373,7 +373,7 @@ class ShardCache:
                 if cur is not None and cur["file"] == rec["file"]:
                     cur["used"] = time.time()
                     cur["hits"] = cur.get("hits", 0) + 1
-        except _Unavailable:
+        except (_Unavailable, OSError):
             pass  # served anyway; only its place in the eviction order is stale
         return fd, path, int(rec["size"])
 
@@ -530,7 +530,7 @@ class ShardCache:
         try:
             with self._update() as m:
                 m["reserved"].pop(tmp, None)
-        except _Unavailable as exc:  # a dead-writer sweep will drop it
+        except (_Unavailable, OSError) as exc:  # a dead-writer sweep will drop it
             self._warn("release", str(exc))
 
     # -- the manifest -----------------------------------------------------------------
@@ -543,9 +543,8 @@ class ShardCache:
             raise _Unavailable(f"cannot read {self._manifest}: {exc}") from exc
         try:
             m = json.loads(text)
-            if m.get("version") != _VERSION or not isinstance(m.get("entries"), dict):
-                raise ValueError(f"version {m.get('version')!r}")
-        except (ValueError, AttributeError) as exc:
+            _check_manifest(m)
+        except ValueError as exc:
             self._warn(
                 "manifest",
                 f"the cache manifest {self._manifest} is unreadable ({exc}); the cache is off "
@@ -557,7 +556,10 @@ class ShardCache:
     @contextlib.contextmanager
     def _update(self) -> Iterator[dict[str, Any]]:
         """The manifest under the cross-process lock; written back (atomically) on exit."""
-        fd = _open_fd(self._root / "lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fd = _open_fd(self._root / "lock", os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise _Unavailable(f"cannot open {self._root / 'lock'}: {exc}") from exc
         try:
             deadline = time.monotonic() + _LOCK_TIMEOUT_S
             delay = 0.001
@@ -579,8 +581,11 @@ class ShardCache:
             text = json.dumps(m, sort_keys=True)
             if text != before:
                 part = self._root / "manifest.json.part"
-                part.write_text(text, encoding="utf-8")
-                os.replace(part, self._manifest)
+                try:
+                    part.write_text(text, encoding="utf-8")
+                    os.replace(part, self._manifest)
+                except OSError as exc:  # what was done on disk meanwhile heals (see _drop_stale)
+                    raise _Unavailable(f"cannot write {self._manifest}: {exc}") from exc
         finally:
             _close_fd(fd)
 
@@ -592,6 +597,43 @@ class ShardCache:
         level = logging.DEBUG if what in self._warned else logging.WARNING
         self._warned.add(what)
         log.log(level, "streambuf: cache: %s", message)
+
+
+_KEY = re.compile(r"[0-9a-f]{32}")
+_ENTRY_FILE = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]{0,64}")
+_TMP_FILE = re.compile(r"[0-9]+-[0-9a-f]{32}")
+
+
+def _check_manifest(m: Any) -> None:
+    """Raise ``ValueError`` unless ``m`` is a manifest this version wrote. File names are
+    checked too: whatever the manifest says, nothing outside ``data/`` and ``tmp/`` is
+    ever deleted."""
+    if not isinstance(m, dict) or m.get("version") != _VERSION:
+        raise ValueError(f"not a version {_VERSION} manifest")
+    entries, reserved = m.get("entries"), m.get("reserved")
+    if not isinstance(entries, dict) or not isinstance(reserved, dict):
+        raise ValueError("no entries or reservations")
+    for k, e in entries.items():
+        if not (
+            _KEY.fullmatch(k)
+            and isinstance(e, dict)
+            and isinstance(e.get("file"), str)
+            and _ENTRY_FILE.fullmatch(e["file"])
+            and isinstance(e.get("size"), int)
+            and isinstance(e.get("crc32"), int)
+        ):
+            raise ValueError(f"a bad entry record {e!r}")
+    for tmp, r in reserved.items():
+        if not (
+            _TMP_FILE.fullmatch(tmp)
+            and isinstance(r, dict)
+            and isinstance(r.get("key"), str)
+            and _KEY.fullmatch(r["key"])
+            and isinstance(r.get("file"), str)
+            and _ENTRY_FILE.fullmatch(r["file"])
+            and isinstance(r.get("size"), int)
+        ):
+            raise ValueError(f"a bad reservation record {r!r}")
 
 
 def _used(m: Mapping[str, Any]) -> int:

@@ -26,6 +26,7 @@ import logging
 import multiprocessing as mp
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -364,7 +365,10 @@ def test_reads_at_an_offset_and_cut_short_reads_make_no_entry(
     assert cache.usage() == 0 and not list((tmp_path / ".streambuf" / "tmp").iterdir())
     assert cache.stats().writes == 0 and cache.stats().misses == 3
     with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
-        assert f.read(len(data) - 1000) == data[:-1000]  # within _DRAIN_BYTES: read to the end
+        # stopped 10 KB before the end (as a tar reader stops at its end-of-archive
+        # marker): within _DRAIN_BYTES, so the rest is read and the entry made
+        assert f.read(len(data) - 10_000) == data[:-10_000]
+        assert f.raw.offset < len(data)  # type: ignore[attr-defined]
     assert cache.stats().writes == 1 and cache.usage() == len(data)
     before = len(http_server.log)
     with cache.open(url, offset=1000, length=3000, remote=remote_of(url), block_bytes=4096) as f:
@@ -397,21 +401,35 @@ def test_a_dead_writers_reservation_is_swept(
     size = (shard_dir / "shard-000000.tar").stat().st_size
     cache = ShardCache(tmp_path, 2 * size)
     root = tmp_path / ".streambuf"
-    # a writer that died holding a reservation of the whole limit (its temp file half written)
-    (root / "tmp" / "999-dead").write_bytes(b"x" * size)
-    manifest = {"version": 1, "entries": {}, "reserved": {}}
-    manifest["reserved"]["999-dead"] = {
-        "key": "deadbeef",
-        "file": "deadbeef-x.tar",
-        "size": 2 * size,
-        "t": 0,
-    }
+    # a writer that died holding a reservation of the whole limit: its temp file half
+    # written, and (a crash between rename and manifest) its entry file already in place
+    dead, key = "999-" + "ab" * 16, "cd" * 16
+    (root / "tmp" / dead).write_bytes(b"x" * size)
+    (root / "data" / f"{key}-x.tar").write_bytes(b"y" * size)
+    manifest: dict[str, Any] = {"version": 1, "entries": {}, "reserved": {}}
+    manifest["reserved"][dead] = {"key": key, "file": f"{key}-x.tar", "size": 2 * size, "t": 0}
     (root / "manifest.json").write_text(json.dumps(manifest))
     url = http_server.url("shard-000000.tar")
     with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
         f.read()
     assert cache.stats().writes == 1 and cache.usage() == size
-    assert not (root / "tmp" / "999-dead").exists()
+    assert not (root / "tmp" / dead).exists() and not (root / "data" / f"{key}-x.tar").exists()
+
+
+def test_a_manifest_naming_paths_outside_the_cache_is_refused(
+    http_server: FaultyServer, tmp_path: Path
+) -> None:
+    cache = ShardCache(tmp_path / "c", 1 << 30)
+    url = http_server.url("shard-000000.tar")
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep")
+    rec = {"file": "../../../precious.txt", "size": 10**9, "crc32": 0, "used": 0}
+    assert (tmp_path / "c" / ".streambuf" / "data" / rec["file"]).resolve() == victim
+    manifest = {"version": 1, "entries": {cache.key(url): rec}, "reserved": {}}
+    (tmp_path / "c" / ".streambuf" / "manifest.json").write_text(json.dumps(manifest))
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        f.read()  # streamed: the cache is off until the manifest is fixed
+    assert victim.read_text() == "keep"
 
 
 def test_eviction_takes_least_recently_used_of_other_data_sets_and_spares_the_rest(
@@ -488,3 +506,53 @@ def test_cached_file_for_videos(http_server: FaultyServer, shard_dir: Path, tmp_
     assert len(http_server.records()) == 1  # downloaded once, then a local file
     assert cached_file(url, cache_dir=tmp_path / "small", cache_limit=100, **FAST) is None
     assert cached_file("/local/video.mp4", cache_dir=tmp_path, cache_limit=1 << 30) is None
+
+
+def test_a_file_at_an_entrys_path_is_not_replaced(
+    http_server: FaultyServer, shard_dir: Path, tmp_path: Path
+) -> None:
+    cache = ShardCache(tmp_path, 1 << 30)
+    url = http_server.url("shard-000001.tar")
+    squatter = tmp_path / ".streambuf" / "data" / cache._file_name(cache.key(url), url)
+    squatter.write_bytes(b"someone else's")
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        assert f.read() == (shard_dir / "shard-000001.tar").read_bytes()
+    assert squatter.read_bytes() == b"someone else's" and cache.stats().writes == 0
+    assert cache.usage() == 0 and not list((tmp_path / ".streambuf" / "tmp").iterdir())
+
+
+def test_a_forked_child_does_not_keep_the_cache_locks(
+    http_server: FaultyServer, shard_dir: Path, tmp_path: Path
+) -> None:
+    """A process forked (a DataLoader starting its workers) while this one holds the
+    manifest lock, a key's writer lock and an entry's read lock holds none of them."""
+    size = (shard_dir / "shard-000000.tar").stat().st_size
+    cache = ShardCache(tmp_path, size)  # room for one entry
+    u0, u1 = http_server.url("shard-000000.tar"), http_server.url("shard-000001.tar")
+    with cache.open(u0, offset=0, length=None, remote=remote_of(u0), block_bytes=4096) as f:
+        f.read()
+    reader = cache.open(u0, offset=0, length=None, remote=remote_of(u0), block_bytes=4096)
+    other = ShardCache(tmp_path / "w", 1 << 30)
+    writer = other.open(u1, offset=0, length=None, remote=remote_of(u1), block_bytes=4096)
+    writer.read(4096)  # holds u1's key lock in folder "w"
+    ctx = mp.get_context("fork")
+    release = ctx.Event()
+    child = ctx.Process(target=release.wait, args=(60,))
+    with cache._update():
+        child.start()
+    try:
+        reader.close()
+        writer.close()  # cut short: discarded, its key lock released
+        t0 = time.monotonic()
+        with cache._update():
+            pass
+        assert time.monotonic() - t0 < 1.0, "the child kept the manifest lock"
+        with cache.open(u1, offset=0, length=None, remote=remote_of(u1), block_bytes=4096) as f:
+            f.read()  # evicts u0: nobody may still hold its read lock
+        assert cache.stats().evictions == 1 and cache.stats().writes == 2
+        with other.open(u1, offset=0, length=None, remote=remote_of(u1), block_bytes=4096) as f:
+            f.read()  # writes u1: nobody may still hold its key lock
+        assert other.stats().writes == 1
+    finally:
+        release.set()
+        child.join(30)
