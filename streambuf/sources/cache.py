@@ -27,11 +27,14 @@ Invariants:
 * **One writer per key.** The writer holds ``locks/<key>`` (``LOCK_EX | LOCK_NB``); a
   second reader of a shard being written streams it without writing. A reservation whose
   key lock nobody holds belongs to a dead writer: it is dropped (temp file included).
-* **Verified hits.** An entry is served only if its size equals the recorded size and,
-  once per process per file version, its crc32 equals the one computed from the
-  download; a damaged entry is deleted, counted (``corrupt``) and re-fetched. Readers
-  hold ``LOCK_SH`` on the entry; eviction takes ``LOCK_EX | LOCK_NB``, so an entry in use
-  is never evicted.
+* **Verified hits.** An entry is served only if its size equals the recorded size and
+  its crc32 equals the one computed from the download, checked once per boot per file
+  version (inode, size, mtime, ctime; recorded in the manifest, so one process's check
+  serves every process until the machine restarts or the file is touched). Entries are
+  not fsync'ed: after a crash or power loss the boot id differs, so every entry is
+  checked again before use. A damaged entry is deleted, counted (``corrupt``) and
+  re-fetched. Readers hold ``LOCK_SH`` on the entry; eviction takes ``LOCK_EX |
+  LOCK_NB``, so an entry in use is never evicted.
 * **Locks stay with their process.** A flock belongs to an open file, which a forked
   child shares: every descriptor holding a cache lock is registered, and a child forked
   while one is held points it at /dev/null at once (``_open_fd``), so the lock is never
@@ -79,10 +82,21 @@ log = logging.getLogger("streambuf")
 _LOCK_TIMEOUT_S = 10.0  # the manifest lock is held for milliseconds; longer means trouble
 _DRAIN_BYTES = 1 << 16  # a reader that stops this close to the end is read to it (tar trailer)
 _CRC_CHUNK = 1 << 20
+_TOUCH_S = 60.0  # an entry's last use is recorded at most once a minute (LRU granularity)
 _VERSION = 1
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
-# file versions this process has checked the crc32 of: (dev, inode, size, mtime_ns, crc)
-_VERIFIED: set[tuple[int, int, int, int, int]] = set()
+
+
+def _read_boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""  # no boot id: every process checks each entry's crc32 once
+
+
+_BOOT = _read_boot_id()
+# file versions this process has checked: (dev, inode, size, mtime_ns, ctime_ns, crc32)
+_VERIFIED: set[tuple[int, ...]] = set()
 
 
 # -- descriptors that hold locks (see "Locks stay with their process") ---------------------
@@ -224,6 +238,7 @@ class ShardCache:
         self._keep = frozenset(self.key(u) for u in keep)
         self.counters = _Counters()
         self._warned: set[str] = set()
+        self._snap: tuple[tuple[int, ...], dict[str, Any]] | None = None
 
     # -- naming -----------------------------------------------------------------------
     def key(self, url: str) -> str:
@@ -340,7 +355,7 @@ class ShardCache:
     def _locked_entry(self, key: str, url: str) -> tuple[int, Path, int] | None:
         """``(fd holding LOCK_SH, path, size)`` of a sound entry of ``key``, or None."""
         try:
-            rec = self._read()["entries"].get(key)
+            rec = self._snapshot()["entries"].get(key)
         except _Unavailable:
             return None
         if rec is None:
@@ -359,7 +374,7 @@ class ShardCache:
             st = os.fstat(fd)
             if os.stat(path).st_ino != st.st_ino:  # evicted and rewritten since we opened
                 raise BlockingIOError
-            why = _damage(fd, st, rec)
+            why, checked = _damage(fd, st, rec)
         except OSError:  # being evicted right now, or gone: a miss
             _close_fd(fd)
             return None
@@ -367,14 +382,17 @@ class ShardCache:
             _close_fd(fd)
             self._drop(key, rec, why=why, corrupt=True)
             return None
-        try:
-            with self._update() as m:
-                cur = m["entries"].get(key)
-                if cur is not None and cur["file"] == rec["file"]:
-                    cur["used"] = time.time()
-                    cur["hits"] = cur.get("hits", 0) + 1
-        except (_Unavailable, OSError):
-            pass  # served anyway; only its place in the eviction order is stale
+        now = time.time()
+        if checked or now - float(rec.get("used", 0)) > _TOUCH_S:
+            try:
+                with self._update() as m:
+                    cur = m["entries"].get(key)
+                    if cur is not None and cur["file"] == rec["file"]:
+                        cur["used"] = now
+                        if checked:
+                            cur["checked"] = checked
+            except (_Unavailable, OSError):
+                pass  # served anyway; only its place in the eviction order is stale
         return fd, path, int(rec["size"])
 
     def _drop(self, key: str, rec: dict[str, Any], *, why: str, corrupt: bool) -> None:
@@ -505,8 +523,9 @@ class ShardCache:
                 if final.exists():  # not ours to replace (the record was dropped above)
                     return False
                 os.rename(self._tmp / w.tmp, final)
-                st = os.stat(final)  # its crc32 is the one just computed from these bytes
-                _VERIFIED.add((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, w.crc))
+                # its crc32 is the one just computed from these bytes (until a reboot)
+                ident = _ident(os.stat(final), w.crc)
+                _VERIFIED.add(ident)
                 now = time.time()
                 m["entries"][w.key] = {
                     "file": w.name,
@@ -515,7 +534,7 @@ class ShardCache:
                     "crc32": w.crc,
                     "written": now,
                     "used": now,
-                    "hits": 0,
+                    "checked": [_BOOT, *ident] if _BOOT else None,
                 }
         except (_Unavailable, OSError) as exc:
             self._warn("commit", f"cannot add a cache entry in {self._root}: {exc}")
@@ -535,12 +554,35 @@ class ShardCache:
 
     # -- the manifest -----------------------------------------------------------------
     def _read(self) -> dict[str, Any]:
+        """The manifest as it is now (a fresh copy: the caller may change it)."""
         try:
-            text = self._manifest.read_text(encoding="utf-8")
+            text = self._manifest.read_bytes()
         except FileNotFoundError:
             return {"version": _VERSION, "entries": {}, "reserved": {}}
         except OSError as exc:
             raise _Unavailable(f"cannot read {self._manifest}: {exc}") from exc
+        return self._parse(text)
+
+    def _snapshot(self) -> dict[str, Any]:
+        """The manifest for looking up (never to be changed): parsed once per version of
+        the file (each write replaces it: a new inode)."""
+        try:
+            with open(self._manifest, "rb") as f:
+                st = os.fstat(f.fileno())
+                ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+                snap = self._snap
+                if snap is not None and snap[0] == ident:
+                    return snap[1]
+                text = f.read()
+        except FileNotFoundError:
+            return {"version": _VERSION, "entries": {}, "reserved": {}}
+        except OSError as exc:
+            raise _Unavailable(f"cannot read {self._manifest}: {exc}") from exc
+        m = self._parse(text)
+        self._snap = (ident, m)
+        return m
+
+    def _parse(self, text: bytes) -> dict[str, Any]:
         try:
             m = json.loads(text)
             _check_manifest(m)
@@ -642,22 +684,31 @@ def _used(m: Mapping[str, Any]) -> int:
     )
 
 
-def _damage(fd: int, st: os.stat_result, rec: Mapping[str, Any]) -> str | None:
-    """Why entry file ``fd`` does not match its record (None: it does). The crc32 is
-    checked once per process per file version (dev, inode, size, mtime)."""
-    if st.st_size != int(rec["size"]):
-        return f"{st.st_size} bytes, {rec['size']} expected"
-    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, int(rec["crc32"]))
-    if ident in _VERIFIED:
-        return None
+def _ident(st: os.stat_result, crc: int) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, crc)
+
+
+def _crc_of(fd: int) -> int:
     crc, pos = 0, 0
     while chunk := os.pread(fd, _CRC_CHUNK, pos):
         crc = zlib.crc32(chunk, crc)
         pos += len(chunk)
+    return crc
+
+
+def _damage(fd: int, st: os.stat_result, rec: Mapping[str, Any]) -> tuple[str | None, Any]:
+    """``(why entry file fd does not match its record or None, the "checked" value to
+    record or None)``: the size every time, the crc32 once per boot per file version."""
+    if st.st_size != int(rec["size"]):
+        return f"{st.st_size} bytes, {rec['size']} expected", None
+    ident = _ident(st, int(rec["crc32"]))
+    if ident in _VERIFIED or (_BOOT and rec.get("checked") == [_BOOT, *ident]):
+        return None, None
+    crc = _crc_of(fd)
     if crc != int(rec["crc32"]):
-        return f"crc32 {crc:08x}, {int(rec['crc32']):08x} expected"
+        return f"crc32 {crc:08x}, {int(rec['crc32']):08x} expected", None
     _VERIFIED.add(ident)
-    return None
+    return None, ([_BOOT, *ident] if _BOOT else None)
 
 
 class _Writer:

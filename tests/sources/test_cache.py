@@ -35,6 +35,7 @@ import pytest
 
 import streambuf as sb
 from streambuf.sources import ShardCache, ShardOptions, cached_file, open_stream, shard_stats
+from streambuf.sources import cache as cache_module
 from tests.resume_harness import check_save_load
 from tests.sources.cache_data import FAST, cache_loader, run_rank
 from tests.sources.cache_watch import watch
@@ -433,8 +434,9 @@ def test_a_manifest_naming_paths_outside_the_cache_is_refused(
 
 
 def test_eviction_takes_least_recently_used_of_other_data_sets_and_spares_the_rest(
-    http_server: FaultyServer, shard_dir: Path, tmp_path: Path
+    http_server: FaultyServer, shard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cache_module, "_TOUCH_S", 0.0)  # record every use (not once a minute)
     size = (shard_dir / "shard-000000.tar").stat().st_size
     urls = [http_server.url(f"shard-{i:06d}.tar") for i in range(4)]
     filler = ShardCache(tmp_path, 2 * size)  # another job: its entries are fair game
@@ -556,3 +558,27 @@ def test_a_forked_child_does_not_keep_the_cache_locks(
     finally:
         release.set()
         child.join(30)
+
+
+def test_one_crc_check_serves_every_process_until_a_reboot(
+    http_server: FaultyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[int] = []
+    real = cache_module._crc_of
+    monkeypatch.setattr(cache_module, "_crc_of", lambda fd: checks.append(fd) or real(fd))
+    cache = ShardCache(tmp_path, 1 << 30)
+    url = http_server.url("shard-000002.tar")
+
+    def hit() -> None:
+        cache_module._VERIFIED.clear()  # as a new process finds it
+        with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+            f.read()
+
+    hit()  # written: its crc32 is the one computed from the download
+    hit()
+    assert cache.stats().hits == 1 and checks == []
+    monkeypatch.setattr(cache_module, "_BOOT", "another-boot")  # a crash, a power loss
+    hit()
+    assert len(checks) == 1, "after a reboot every entry is checked again"
+    hit()
+    assert len(checks) == 1 and cache.stats().hits == 3 and len(http_server.records()) == 1
