@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "bursty": "adaptive depth vs fixed depths on bursts of slow samples (ablation, no peer)",
     "buffer": "BoundedBuffer vs queue.Queue hand-over cost",
     "network": "tar shards over HTTP, local disk and S3 (moto): streambuf vs webdataset, map-style",
+    "cache": "shard cache: epoch 1 vs epoch 2 over HTTP +50 ms, streambuf vs webdataset cache_dir",
     "video": "random clips from 720p H.264: streambuf vs PyAV seek-per-clip, torchcodec",
     "resume": "checkpoint cost: state_dict() time and size, time to first batch after a resume",
     "gpu": "GPU busy fraction: seed ladder and video clips feeding real models (needs CUDA)",

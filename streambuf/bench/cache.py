@@ -1,0 +1,211 @@
+"""The shard cache: epoch 1 (download) against epoch 2 (from the cache), streambuf beside
+webdataset's ``cache_dir``, over HTTP with 50 ms per request.
+
+The network benchmark's shards (WebDataset layout, one 64 KiB ``bin`` field per sample)
+served by its loopback server (a child process adding ``latency_s`` to every request
+and pacing every connection to ``bandwidth_bps``). Each run reads two epochs through one
+loader over a fresh cache folder, every reader decoding ``bin`` to a uint8 tensor, batch
+16, 2 workers, and is checked to deliver every sample of each epoch exactly once:
+
+* ``streambuf.shards(lanes=3, cache_dir=, cache_limit=)`` + ``Loader``: epoch 1 streams
+  and writes the cache as it goes, epoch 2 reads the cache (its shard stats must show
+  no network request in epoch 2);
+* the same without a cache (both epochs download: the reference for epoch 1's cost);
+* ``webdataset.WebDataset(urls, cache_dir=)`` + ``DataLoader``, per sample and batched
+  in the dataset (``.batched(16)``): webdataset downloads each shard whole into its
+  cache, then reads the file.
+
+The rate is samples / seconds from the start of an epoch's iteration to its last batch
+(DataLoader workers start again each epoch, for every reader). Medians of interleaved
+repeats; the JSON holds every run.
+
+    streambuf bench cache [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from ._deps import require
+from ._harness import environment, interleaved, median, mode_of
+from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._servers import loopback_env, serve
+from ._shards import make_shards, to_tensor, wds_sample
+from .network import _measure, settings
+from .workloads import loader_stats
+
+
+def _streambuf(urls: list[str], s: dict[str, Any], cache: Path | None) -> dict[str, Any]:
+    import streambuf as sb
+    from streambuf.sources import shard_stats
+
+    kw: dict[str, Any] = {}
+    if cache is not None:
+        kw = {"cache_dir": str(cache), "cache_limit": 4 * s["dataset_bytes"]}
+    pipe = (
+        sb.shards(urls, lanes=s["lanes"], shuffle_shards=False, **kw)
+        .decode({"bin": to_tensor})
+        .batch(s["batch_size"])
+    )
+    epochs = []
+    with sb.Loader(
+        pipe,
+        num_workers=s["workers"],
+        max_batches=4 * s["workers"],
+        max_bytes=s["max_bytes"],
+        timeout_s=120,
+    ) as loader:
+        for epoch in (0, 1):
+            before = shard_stats(pipe)
+            loader.set_epoch(epoch)
+            res = _measure(loader, len(urls) * s["per_shard"])
+            res.update(loader_stats(loader))
+            after = shard_stats(pipe)
+            res["requests"] = after.io.requests - before.io.requests
+            res["cache_hits"] = after.cache.hits - before.cache.hits
+            res["cache_bytes_saved"] = after.cache.bytes_saved - before.cache.bytes_saved
+            epochs.append(res)
+    if cache is not None and epochs[1]["requests"]:
+        raise RuntimeError(f"epoch 2 made {epochs[1]['requests']} requests with the cache on")
+    return {"epochs": epochs}
+
+
+def _webdataset(
+    urls: list[str], s: dict[str, Any], cache: Path, *, batched: bool
+) -> dict[str, Any]:
+    wds = require("webdataset", purpose="the cache benchmark's webdataset peer")
+    ds = wds.WebDataset(urls, shardshuffle=False, cache_dir=str(cache)).map(wds_sample)
+    if batched:
+        ds = ds.batched(s["batch_size"])
+    loader = DataLoader(
+        ds,
+        batch_size=None if batched else s["batch_size"],
+        num_workers=s["workers"],
+        timeout=120,
+    )
+    return {"epochs": [_measure(loader, len(urls) * s["per_shard"]) for _ in (0, 1)]}
+
+
+READERS = (
+    ("streambuf", "streambuf cache", "cache"),
+    ("streambuf", "streambuf no cache", "none"),
+    ("webdataset", "webdataset cache_dir per sample", "wds"),
+    ("webdataset", "webdataset cache_dir batched", "wds-batched"),
+)
+
+
+def _run(cfg: dict[str, Any], urls: list[str], s: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=tmp))  # fresh: epoch 1 downloads
+    if cfg["reader"] == "cache":
+        return _streambuf(urls, s, cache)
+    if cfg["reader"] == "none":
+        return _streambuf(urls, s, None)
+    return _webdataset(urls, s, cache, batched=cfg["reader"] == "wds-batched")
+
+
+def _rows(s: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
+    data = tmp / "shards"
+    index = make_shards(
+        data, shards=s["shards"], per_shard=s["per_shard"], sample_bytes=s["sample_bytes"]
+    )
+    names = sorted({name for name, _, _ in index})
+    s["dataset_bytes"] = sum((data / n).stat().st_size for n in names)
+    cfgs = [{"name": name, "kind": kind, "reader": r} for kind, name, r in READERS]
+    with serve("http", str(data), s["latency_s"], s["bandwidth_bps"]) as base:
+        urls = [f"{base}/{n}" for n in names]
+        results = interleaved(
+            cfgs, lambda c: _run(c, urls, s, tmp), repeats=s["repeats"], label="cache"
+        )
+    rows = []
+    for cfg, runs in zip(cfgs, results):
+        for e in (0, 1):
+            epoch_runs = [r["epochs"][e] for r in runs]
+            rows.append(
+                {
+                    "name": f"{cfg['name']}: epoch {e + 1}",
+                    "reader": cfg["name"],
+                    "kind": cfg["kind"],
+                    "epoch": e + 1,
+                    "config": cfg,
+                    "runs": epoch_runs,
+                    "samples_per_s": median(epoch_runs, "samples_per_s"),
+                    "requests": median(epoch_runs, "requests"),
+                }
+            )
+    return rows
+
+
+def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
+    mode = mode_of(quick=quick, tiny=tiny)
+    s = settings(mode)
+    require("webdataset", purpose="the cache benchmark's webdataset peer")
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(loopback_env(saved))  # loopback only: never through a proxy
+    try:
+        with tempfile.TemporaryDirectory(prefix="streambuf-cache-") as tmp:
+            rows = _rows(s, Path(tmp))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    check_runs(rows)
+    for r in rows:
+        for k, run_ in enumerate(r["runs"]):
+            if run_["distinct_samples"] != run_["expected_samples"]:
+                raise RuntimeError(f"{r['name']} run {k}: samples repeated or lost")
+    by = {(r["reader"], r["epoch"]): r for r in rows}
+    readers = [name for _, name, _ in READERS]
+    epoch2 = [r for r in rows if r["epoch"] == 2]
+    sb = by[("streambuf cache", 2)]
+    peer = best_peer([r for r in epoch2 if r["kind"] != "streambuf"], "samples_per_s")
+    lat = (
+        f"+{s['latency_s'] * 1e3:.0f} ms/request, {s['bandwidth_bps'] / 1e6:g} MB/s per connection"
+    )
+    heads = [
+        Headline(
+            workload=f"cache epoch 2 over HTTP ({lat})",
+            metric="samples/s",
+            better="higher",
+            streambuf=sb["samples_per_s"],
+            peer=peer["samples_per_s"],
+            peer_name=peer["reader"],
+            how=f"{s['shards']} shards x {s['per_shard']} x {s['sample_bytes'] >> 10} KiB, "
+            f"{s['workers']} workers, batch {s['batch_size']}, the epoch after the one that "
+            "filled the cache",
+        )
+    ]
+    print(
+        f"\ncache ({mode}): {s['shards']} shards x {s['per_shard']} samples x "
+        f"{s['sample_bytes'] >> 10} KiB over HTTP ({lat}), {s['workers']} workers, "
+        f"batch {s['batch_size']}, medians of {s['repeats']}"
+    )
+    table = []
+    for name in readers:
+        e1, e2 = by[(name, 1)]["samples_per_s"], by[(name, 2)]["samples_per_s"]
+        table.append((name, e1, e2, e2 / e1, by[(name, 2)]["requests"]))
+    text = print_table(
+        [
+            "reader",
+            "epoch 1 samples/s",
+            "epoch 2 samples/s",
+            "epoch 2 / epoch 1",
+            "epoch 2 requests",
+        ],
+        table,
+    )
+    report = {
+        "benchmark": "cache",
+        "mode": mode,
+        "environment": environment(),
+        "settings": s,
+        "rows": rows,
+        "headline": [h.as_dict() for h in heads],
+        "table": text,
+    }
+    write_json(out, "cache", report)
+    return report
