@@ -71,6 +71,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
+from .._units import parse_bytes
 from ._resumable import IOCounters, _RawBase
 from .opener import ShardReader
 from .urls import redact
@@ -892,7 +893,7 @@ def cached_file(
     /,
     *,
     cache_dir: str | os.PathLike[str],
-    cache_limit: int,
+    cache_limit: int | str,
     storage_options: Mapping[str, Any] | None = None,
     **transport: Any,
 ) -> IO[bytes] | None:
@@ -908,11 +909,12 @@ def cached_file(
 
     if not is_cacheable(url):
         return None
-    k = (os.fspath(cache_dir), int(cache_limit), _endpoint(storage_options))
+    limit = parse_bytes(cache_limit, name="cache_limit")
+    k = (os.fspath(cache_dir), limit, _endpoint(storage_options))
     with _CACHES_LOCK:
         cache = _CACHES.get(k)
         if cache is None:
-            cache = _CACHES[k] = ShardCache(cache_dir, cache_limit, storage_options=storage_options)
+            cache = _CACHES[k] = ShardCache(cache_dir, limit, storage_options=storage_options)
     return cache.open_file(
         url, remote=lambda: open_stream(url, storage_options=storage_options, **transport)
     )

@@ -21,6 +21,8 @@ Requests are counted in the loopback servers' logs (HTTP: ``FaultyServer``; S3: 
 from __future__ import annotations
 
 import collections
+import errno
+import io
 import json
 import logging
 import multiprocessing as mp
@@ -582,3 +584,37 @@ def test_one_crc_check_serves_every_process_until_a_reboot(
     assert len(checks) == 1, "after a reboot every entry is checked again"
     hit()
     assert len(checks) == 1 and cache.stats().hits == 3 and len(http_server.records()) == 1
+
+
+def test_cached_file_is_what_pyav_decodes(tmp_path: Path) -> None:
+    av = pytest.importorskip("av")
+    np = pytest.importorskip("numpy")
+    (tmp_path / "v").mkdir()
+    with av.open(str(tmp_path / "v" / "clip.mp4"), "w") as out:
+        stream = out.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(12):
+            img = np.full((48, 64, 3), i * 20, dtype=np.uint8)
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(img, "rgb24")))
+        out.mux(stream.encode(None))
+    with FaultyServer(tmp_path / "v") as srv:
+        f = cached_file(srv.url("clip.mp4"), cache_dir=tmp_path / "c", cache_limit="1MiB", **FAST)
+        assert f is not None
+        with f, av.open(f) as container:
+            frames = [fr.to_ndarray(format="gray")[0, 0] for fr in container.decode(video=0)]
+    assert len(frames) == 12 and frames[0] < frames[-1]
+
+
+def test_a_failing_disk_never_fails_the_read(
+    http_server: FaultyServer, shard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Full(io.BytesIO):
+        def write(self, data: Any) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_module, "open", lambda *a, **k: Full(), raising=False)
+    cache = ShardCache(tmp_path, 1 << 30)
+    url = http_server.url("shard-000000.tar")
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        assert f.read() == (shard_dir / "shard-000000.tar").read_bytes()
+    assert cache.stats().writes == 0 and cache.usage() == 0
