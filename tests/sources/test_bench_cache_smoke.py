@@ -26,6 +26,8 @@ def test_cache_benchmark_runs_tiny(tmp_path, capsys):
         "streambuf no cache",
         "webdataset cache_dir per sample",
         "webdataset cache_dir batched",
+        "streambuf local files",
+        "webdataset local files batched",
     ):
         for epoch in (1, 2):
             run = rows[f"{reader}: epoch {epoch}"]["runs"][0]
@@ -34,5 +36,6 @@ def test_cache_benchmark_runs_tiny(tmp_path, capsys):
     assert cached[0]["requests"] >= 4 and cached[1]["requests"] == 0
     assert cached[1]["cache_hits"] == 4 and cached[1]["cache_bytes_saved"] > 0
     assert rows["streambuf no cache: epoch 2"]["runs"][0]["requests"] >= 4
-    assert saved(tmp_path, "cache")["headline"][0]["workload"].startswith("cache epoch 2")
+    head = saved(tmp_path, "cache")["headline"][0]
+    assert head["workload"].startswith("cache epoch 1") and "cache_dir" in head["peer_name"]
     assert "| reader | epoch 1 samples/s |" in capsys.readouterr().out
