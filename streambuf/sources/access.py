@@ -26,6 +26,7 @@ pipeline's ``ShardCounters`` by ``publish``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from .urls import redact, secrets_of
 
 __all__ = ["TarAccess"]
 
+log = logging.getLogger("streambuf")
 _STAGE = "shards"
 # pending samples closer than this are fetched with one request, reading what lies
 # between (at ~20-100 MB/s per stream, 1 MiB costs about one request's latency)
@@ -130,17 +132,20 @@ class TarAccess:
         self._next: list[tuple[int, int, Any] | None] = [None] * max(1, lanes)
         self._ahead: list[_Ahead | None] = [None] * max(1, lanes)
         self._closed = False
-        self.cache = (
-            None
-            if options.cache_dir is None or options.cache_limit is None
-            else ShardCache(
-                options.cache_dir,
-                int(options.cache_limit),
-                keep=self.urls,
-                storage_options=options.storage_options,
-                secrets=self._secrets,
-            )
-        )
+        self.cache: ShardCache | None = None
+        if options.cache_dir is not None and options.cache_limit is not None:
+            try:
+                self.cache = ShardCache(
+                    options.cache_dir,
+                    int(options.cache_limit),
+                    keep=self.urls,
+                    storage_options=options.storage_options,
+                    secrets=self._secrets,
+                )
+            except OSError as exc:  # the cache never fails a read: stream instead
+                log.warning(
+                    "streambuf: cache_dir %s is unusable (%s); streaming", options.cache_dir, exc
+                )
 
     def _open(self, shard: int, offset: int, length: int | None = None) -> ShardReader:
         """The one place a shard is opened: through the cache when there is one."""

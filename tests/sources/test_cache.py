@@ -618,3 +618,15 @@ def test_a_failing_disk_never_fails_the_read(
     with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
         assert f.read() == (shard_dir / "shard-000000.tar").read_bytes()
     assert cache.stats().writes == 0 and cache.usage() == 0
+
+
+def test_an_unusable_cache_folder_streams(
+    http_server: FaultyServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / ".streambuf").write_text("a file where the cache's folder goes")
+    caplog.set_level(logging.WARNING, logger="streambuf")
+    spec = http_server.base_url + "/shard-{000000..000003}.tar"
+    pipe = sb.shards(spec, cache_dir=str(tmp_path), cache_limit="1GiB", **FAST)
+    assert sorted(keys_of(pipe.batch(8))) == sorted(expected_keys(4, 20))
+    assert "unusable" in caplog.text and str(tmp_path) in caplog.text
+    assert shard_stats(pipe).cache == sb.sources.CacheStats()
