@@ -12,132 +12,142 @@ from tests.mutants import Mutant, run_one
 
 T = "tests/sources/test_cache.py"
 C = "streambuf/sources/cache.py"
+M = "streambuf/sources/_manifest.py"
+IO = "streambuf/sources/_cache_io.py"
+A = "streambuf/sources/access.py"
+HALF = f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it"
+
+
+def _m(name: str, path: str, old: str, new: str, test: str) -> Mutant:
+    return Mutant(name, path, old, new, (test if "::" in test else f"{T}::{test}",))
+
+
 MUTANTS = [
-    Mutant(
+    _m(
         "reservation ignores the limit",
-        C,
-        "if _used(m) + size <= self.limit:\n            return True\n        self._drop_stale(m)",
-        "if True:\n            return True\n        self._drop_stale(m)",
-        (f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it",),
+        M,
+        "    if used_bytes(m) + size <= limit:\n        return 0",
+        "    if True:\n        return 0",
+        HALF,
     ),
-    Mutant(
+    _m(
         "bound ignores reservations in flight",
-        C,
-        """+ sum(
-        int(r["size"]) for r in m["reserved"].values()
-    )""",
-        """+ 0 * sum(
-        int(r["size"]) for r in m["reserved"].values()
-    )""",
-        (f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it",),
+        M,
+        'int(r["size"]) for r in m["reserved"].values()',
+        '0 * int(r["size"]) for r in m["reserved"].values()',
+        HALF,
     ),
-    Mutant(
+    _m(
         "eviction trades the data set's own entries",
-        C,
-        '(k for k in m["entries"] if k not in self._keep)',
+        M,
+        '(k for k in m["entries"] if k not in keep)',
         '(k for k in m["entries"])',
-        (f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it",),
+        HALF,
     ),
-    Mutant(
+    _m(
         "hits not verified at all",
         C,
-        "why, checked = _damage(fd, st, rec)",
+        "why, checked = damage(fd, st, rec)",
         "why, checked = None, None",
-        (f"{T}::test_damaged_entry_is_fetched_again",),
+        "test_damaged_entry_is_fetched_again",
     ),
-    Mutant(
+    _m(
         "crc32 not checked",
-        C,
+        IO,
         '    if crc != int(rec["crc32"]):',
         "    if False:",
-        (f"{T}::test_damaged_entry_is_fetched_again",),
+        "test_damaged_entry_is_fetched_again",
     ),
-    Mutant(
+    _m(
         "an entry in use is evicted",
-        C,
-        """                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:  # in use by a reader""",
-        """                try:
-                    pass
-                except OSError:  # in use by a reader""",
-        (f"{T}::test_an_entry_in_use_is_not_evicted",),
+        M,
+        "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "            except OSError:  # in use by a reader",
+        "                pass\n            except OSError:  # in use by a reader",
+        "test_an_entry_in_use_is_not_evicted",
     ),
-    Mutant(
+    _m(
         "no writer lock per key",
         C,
-        """            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another process (or lane) is writing this key""",
-        """            pass
-        except OSError:  # another process (or lane) is writing this key""",
-        (f"{T}::test_a_key_being_written_elsewhere_streams_without_writing",),
+        "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "        except OSError:  # another process (or lane) is writing this key",
+        "            pass\n        except OSError:  # another process (or lane) is writing this key",
+        "test_a_key_being_written_elsewhere_streams_without_writing",
     ),
-    Mutant(
+    _m(
         "commit replaces a file at the entry's path",
         C,
         "if final.exists():  # not ours",
         "if False:  # not ours",
-        (f"{T}::test_a_file_at_an_entrys_path_is_not_replaced",),
+        "test_a_file_at_an_entrys_path_is_not_replaced",
     ),
-    Mutant(
+    _m(
         "dead writers are never swept",
-        C,
-        "        self._drop_stale(m)\n        need",
-        "        need",
-        (f"{T}::test_a_dead_writers_reservation_is_swept",),
+        M,
+        '        if writer_alive(r["key"]):\n            continue',
+        "        if True:\n            continue",
+        "test_a_dead_writers_reservation_is_swept",
     ),
-    Mutant(
+    _m(
         "most recently used goes first",
-        C,
+        M,
         'key=lambda k: (m["entries"][k].get("used", 0), k)',
         'key=lambda k: (-m["entries"][k].get("used", 0), k)',
-        (f"{T}::test_eviction_takes_least_recently_used_of_other_data_sets_and_spares_the_rest",),
+        "test_eviction_takes_least_recently_used_of_other_data_sets_and_spares_the_rest",
     ),
-    Mutant(
+    _m(
         "a forked child keeps the locks",
-        C,
+        IO,
         "            os.dup2(null, fd)",
         "            pass",
-        (f"{T}::test_a_forked_child_does_not_keep_the_cache_locks",),
+        "test_a_forked_child_does_not_keep_the_cache_locks",
     ),
-    Mutant(
-        "close never drains the tail",
-        C,
-        "if w.active and not self._aborted and 0 < left <= _DRAIN_BYTES:",
+    _m(
+        "the tail is not received early",
+        IO,
+        "if w.active and not self._aborted and 0 < w.size - self._inner.offset <= DRAIN_BYTES:",
         "if False:",
-        (f"{T}::test_reads_at_an_offset_and_cut_short_reads_make_no_entry",),
+        "test_reads_at_an_offset_and_cut_short_reads_make_no_entry",
     ),
-    Mutant(
+    _m(
         "manifest file names not checked",
-        C,
+        M,
         '            and _ENTRY_FILE.fullmatch(e["file"])\n',
         "",
-        (f"{T}::test_a_manifest_naming_paths_outside_the_cache_is_refused",),
+        "test_a_manifest_naming_paths_outside_the_cache_is_refused",
     ),
-    Mutant(
+    _m(
+        "a crc check survives a reboot",
+        IO,
+        '(BOOT and rec.get("checked") == [BOOT, *version])',
+        '(rec.get("checked") is not None)',
+        "test_one_crc_check_serves_every_process_until_a_reboot",
+    ),
+    _m(
+        "a write error fails the read",
+        IO,
+        "        except OSError as exc:  # disk full, ...: keep streaming, without the entry\n"
+        '            self._warn("write", f"cannot write the cache\'s temp file {self.tmp}: {exc}")\n'
+        "            self.discard()\n            return",
+        "        except ZeroDivisionError:\n            return",
+        "test_a_failing_disk_never_fails_the_read",
+    ),
+    _m(
         "local files cached too",
-        "streambuf/sources/access.py",
+        A,
         "if self.cache is None or not is_cacheable(url):",
         "if self.cache is None:",
-        (f"{T}::test_local_shards_are_never_cached",),
+        "test_local_shards_are_never_cached",
     ),
-    Mutant(
+    _m(
         "resume opens not served from the cache",
-        "streambuf/sources/access.py",
+        A,
         "        if self.cache is None or not is_cacheable(url):\n            return remote(offset, length)",
-        "        if self.cache is None or not is_cacheable(url) or offset:\n            return remote(offset, length)",
-        (f"{T}::test_resume_reads_cursors_and_pending_samples_from_the_cache",),
+        "        if self.cache is None or not is_cacheable(url) or offset:\n"
+        "            return remote(offset, length)",
+        "test_resume_reads_cursors_and_pending_samples_from_the_cache",
     ),
 ]
-MUTANTS.append(
-    Mutant(
-        "a crc check survives a reboot",
-        C,
-        '(_BOOT and rec.get("checked") == [_BOOT, *ident])',
-        '(rec.get("checked") is not None)',
-        (f"{T}::test_one_crc_check_serves_every_process_until_a_reboot",),
-    )
-)
 
 
 def main(names: list[str]) -> int:

@@ -37,6 +37,7 @@ import pytest
 
 import streambuf as sb
 from streambuf.sources import ShardCache, ShardOptions, cached_file, open_stream, shard_stats
+from streambuf.sources import _cache_io as cache_io
 from streambuf.sources import cache as cache_module
 from tests.resume_harness import check_save_load
 from tests.sources.cache_data import FAST, cache_loader, run_rank
@@ -368,10 +369,13 @@ def test_reads_at_an_offset_and_cut_short_reads_make_no_entry(
     assert cache.usage() == 0 and not list((tmp_path / ".streambuf" / "tmp").iterdir())
     assert cache.stats().writes == 0 and cache.stats().misses == 3
     with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
-        # stopped 10 KB before the end (as a tar reader stops at its end-of-archive
-        # marker): within _DRAIN_BYTES, so the rest is read and the entry made
+        # 10 KB before the end (where a tar reader yields its last sample, at the
+        # end-of-archive marker): within DRAIN_BYTES, so the rest has been received and
+        # the entry made already, before the loader may abort the stream
         assert f.read(len(data) - 10_000) == data[:-10_000]
-        assert f.raw.offset < len(data)  # type: ignore[attr-defined]
+        assert cache.stats().writes == 1
+        f.raw.abort()  # type: ignore[attr-defined]
+        assert f.read() == data[-10_000:]  # the tail was received: still readable
     assert cache.stats().writes == 1 and cache.usage() == len(data)
     before = len(http_server.log)
     with cache.open(url, offset=1000, length=3000, remote=remote_of(url), block_bytes=4096) as f:
@@ -542,13 +546,13 @@ def test_a_forked_child_does_not_keep_the_cache_locks(
     ctx = mp.get_context("fork")
     release = ctx.Event()
     child = ctx.Process(target=release.wait, args=(60,))
-    with cache._update():
+    with cache._m.update():
         child.start()
     try:
         reader.close()
         writer.close()  # cut short: discarded, its key lock released
         t0 = time.monotonic()
-        with cache._update():
+        with cache._m.update():
             pass
         assert time.monotonic() - t0 < 1.0, "the child kept the manifest lock"
         with cache.open(u1, offset=0, length=None, remote=remote_of(u1), block_bytes=4096) as f:
@@ -566,20 +570,20 @@ def test_one_crc_check_serves_every_process_until_a_reboot(
     http_server: FaultyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checks: list[int] = []
-    real = cache_module._crc_of
-    monkeypatch.setattr(cache_module, "_crc_of", lambda fd: checks.append(fd) or real(fd))
+    real = cache_io._crc_of
+    monkeypatch.setattr(cache_io, "_crc_of", lambda fd: checks.append(fd) or real(fd))
     cache = ShardCache(tmp_path, 1 << 30)
     url = http_server.url("shard-000002.tar")
 
     def hit() -> None:
-        cache_module._VERIFIED.clear()  # as a new process finds it
+        cache_io.VERIFIED.clear()  # as a new process finds it
         with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
             f.read()
 
     hit()  # written: its crc32 is the one computed from the download
     hit()
     assert cache.stats().hits == 1 and checks == []
-    monkeypatch.setattr(cache_module, "_BOOT", "another-boot")  # a crash, a power loss
+    monkeypatch.setattr(cache_io, "BOOT", "another-boot")  # a crash, a power loss
     hit()
     assert len(checks) == 1, "after a reboot every entry is checked again"
     hit()
