@@ -40,13 +40,13 @@ Invariants:
   while one is held points it at /dev/null at once (``open_fd``), so the lock is never
   held by a process that does not know it has it (a DataLoader forking its workers while
   lanes of the same process read through the cache).
-* **Never fails a read.** Locks are non-blocking or bounded (``_manifest.LOCK_TIMEOUT_S``); any
-  cache failure (disk full, a lock held too long, an unreadable manifest) is logged and
-  the shard streams as if there were no cache.
+* **Never fails a read.** Locks are non-blocking or bounded
+  (``_manifest.LOCK_TIMEOUT_S``); any cache failure (disk full, a lock held too long, an
+  unreadable manifest) is logged and the shard streams as if there were no cache.
 
-Eviction: to make room, entries of objects the reading pipeline does not read (other
-data sets, other jobs) go first, least recently used first; entries of the pipeline's
-own data set (``keep``) are never traded for one another. An epoch reads every shard
+Eviction: to make room, only entries of objects the reading pipeline does not read
+(other data sets, other jobs) are evicted, least recently used first; entries of the
+pipeline's own data set (``keep``) are never traded for one another. An epoch reads every shard
 once, so replacing one of them with another gains no hit; least-recently-used
 replacement would evict the very shard a scan needs next (a limit of half the data set
 saves ~15% of requests with shuffled epochs, 0% without; docs/cache.md).
