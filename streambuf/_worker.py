@@ -171,12 +171,14 @@ class Feed(IterableDataset[Any]):
         budget: CreditBudget,
         board: Board,
         stage_bytes: int | None,
+        arena: Any = None,
     ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.budget = budget
         self.board = board
         self.stage_bytes = stage_bytes
+        self.arena = arena  # streambuf._arena.Arena, or None
 
     def __iter__(self) -> Iterator[Tagged | Failure]:
         from torch.utils.data import get_worker_info
@@ -189,6 +191,9 @@ class Feed(IterableDataset[Any]):
         worker = info.id
         watch_parent()
         fix_malloc_thresholds()
+        from . import _arena
+
+        _arena.activate(self.arena, worker)
         gen, epoch, rank, world, rotation, plan = self.board.read()
         logical = (worker + rotation) % info.num_workers  # an in-order resume's rotation
         ctx = WorkerContext(rank, world, logical, info.num_workers, epoch, self.pipeline.seed)
@@ -228,3 +233,5 @@ class Feed(IterableDataset[Any]):
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+            if self.arena is not None and self.arena.usable:
+                self.arena.release_unsent()

@@ -190,6 +190,13 @@ MUTANTS = [
         ("tests/sources/test_resume_shards.py",),
     ),
     Mutant(
+        "arena: a slot is freed while its batch is still in use",
+        "streambuf/_transport.py",
+        "whole = torch.frombuffer(_arena.registered(token).adopt(slot), dtype=torch.uint8)",
+        "whole = torch.frombuffer(_arena.registered(token).adopt(slot)[:], dtype=torch.uint8)",
+        ("tests/test_arena.py",),
+    ),
+    Mutant(
         "worker exceptions lose their type (ExceptionWrapper behaviour)",
         "streambuf/_transport.py",
         "        if not isinstance(exc, BaseException):",
