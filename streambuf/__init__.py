@@ -19,6 +19,7 @@ from .errors import (
     WorkerError,
 )
 from .loader import Loader
+from .mixing import MixStats, mix, mix_stats
 from .pipeline import Pipeline, WorkerContext
 from .prefetch import Prefetcher, prefetch
 from .resources import Limits, Recommendation, read_limits, recommend
@@ -40,6 +41,7 @@ __all__ = [
     "Limits",
     "Loader",
     "LoaderStats",
+    "MixStats",
     "Pipeline",
     "Prefetcher",
     "Recommendation",
@@ -52,6 +54,8 @@ __all__ = [
     "VideoError",
     "WorkerContext",
     "WorkerError",
+    "mix",
+    "mix_stats",
     "nbytes",
     "prefetch",
     "read_limits",

@@ -43,10 +43,13 @@ KIND = "streambuf.state"
 def fingerprint(pipe: Pipeline) -> str:
     """What must not change between save and load: the shard count and the stages."""
     stages = ",".join(s.name for s in pipe._stages)
-    return f"{pipe.num_shards()}|{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}"
+    mixed = pipe._mix.fingerprint() if pipe._mix is not None else ""
+    return f"{pipe.num_shards()}|{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}{mixed}"
 
 
 def _slot_has_data(pipe: Pipeline, epoch: int, slot: int, slots: int) -> bool:
+    if pipe._mix is not None:
+        return True  # its sources' shares: known only by running them
     n = pipe.num_shards() or 0
     order = shard_order(n, seed=pipe.seed, epoch=epoch, shuffle=pipe._shuffle_shards)
     return bool(assign(n, order, slot, slots).shards)
@@ -187,6 +190,11 @@ def worker_plan(
                 f"the saved run had world_size={layout['world_size']}; to resume at "
                 f"world_size={world_size}, pass the states of all its ranks to load_state_dict()"
             )
+    if pipe._mix is not None:
+        raise ValueError(
+            "a mix() pipeline resumes only at the layout it was saved at (same world size "
+            "and num_workers)"
+        )
     return plan["epoch"], "elastic", None, Progress.of_states(pipe, states), 0
 
 

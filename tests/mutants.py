@@ -197,6 +197,13 @@ MUTANTS = [
         ("tests/test_arena.py",),
     ),
     Mutant(
+        "mix: the draw count is not restored on resume",
+        "streambuf/mixing.py",
+        'self.counter = int(state.get("counter", 0))',
+        "self.counter = 0",
+        ("tests/test_mixing.py::test_resume_is_exact",),
+    ),
+    Mutant(
         "worker exceptions lose their type (ExceptionWrapper behaviour)",
         "streambuf/_transport.py",
         "        if not isinstance(exc, BaseException):",
