@@ -155,3 +155,28 @@ def test_a_missing_matplotlib_skips_the_plot_and_names_the_extra(tmp_path, monke
     )
     assert path is None and not (tmp_path / "x.png").exists()
     assert "streambuf[bench]" in capsys.readouterr().out
+
+
+def test_resume_and_scale_benchmarks_run_tiny(tmp_path):
+    from streambuf.bench import resume, scale
+
+    r = resume.run(out=str(tmp_path), tiny=True)
+    assert r["state_dict"]["state_bytes"] > 0 and r["state_dict"]["median_s"] < 0.1
+    assert r["resume"]["resume_median_s"] > 0 and r["resume"]["fresh_median_s"] > 0
+    assert saved(tmp_path, "resume")["headline"]
+    s = scale.run(out=str(tmp_path), tiny=True)
+    assert s["list"]["batches"] == s["strlist"]["batches"] == 2 * -(-10_000 // 256)
+    assert saved(tmp_path, "scale")["headline"]
+
+
+def test_strlist_is_a_compact_read_only_sequence():
+    import pickle
+
+    from streambuf._compact import StrList
+
+    items = ["s3://b/a-0.tar", "héllo", "", "x" * 300]
+    s = StrList(items)
+    assert list(s) == items and len(s) == 4 and s[-1] == items[-1] and s[1:3] == items[1:3]
+    assert pickle.loads(pickle.dumps(s)) == items
+    with pytest.raises(IndexError):
+        s[4]

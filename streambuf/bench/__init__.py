@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "buffer": "BoundedBuffer vs queue.Queue hand-over cost",
     "network": "tar shards over HTTP, local disk and S3 (moto): streambuf vs webdataset, map-style",
     "video": "random clips from 720p H.264: streambuf vs PyAV seek-per-clip, torchcodec",
+    "scale": "memory at scale: per-worker growth over an epoch of 100,000 shard URLs",
     "resume": "checkpoint cost: state_dict() time and size, time to first batch after a resume",
     "gpu": "GPU busy fraction: seed ladder and video clips feeding real models (needs CUDA)",
     "all": "every benchmark above (gpu only where CUDA is), then the headline table",
