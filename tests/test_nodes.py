@@ -28,15 +28,23 @@ def test_save_load_at_midpoints_over_two_epochs(graph, midpoint):
     check_save_load(factory(), midpoint, ordered=ordered, key=ids)
 
 
+def eventually(pred, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 # -- state ------------------------------------------------------------------------------
 def test_state_is_the_source_state_of_the_last_item_returned():
     node = sb.nodes.ParallelMapper(
         IterableWrapper(range(100)), lambda x: x, threads=4, max_items=8, max_bytes="1MiB"
     )
     got = [next(node) for _ in range(5)]
-    time.sleep(0.05)  # the threads run ahead, up to max_items
     assert got == [0, 1, 2, 3, 4]
-    assert node.source.state_dict()["_num_yielded"] > 5
+    assert eventually(lambda: node.source.state_dict()["_num_yielded"] == 5 + 8)  # ran ahead
     assert node.state_dict() == {"source": {"_num_yielded": 5}, "delivered_ahead": []}
     node.shutdown()
 
@@ -90,8 +98,10 @@ def test_a_fresh_graph_resumes_through_torchdata_loader():
 
 def test_reset_with_a_foreign_state_says_what_it_needs():
     node = sb.nodes.Prefetcher(IterableWrapper(range(3)), max_items=2, max_bytes=64)
+    assert next(node) == 0
     with pytest.raises(ValueError, match="delivered_ahead"):
-        node.reset({"snapshot": None, "steps_since_snapshot": 0})
+        node.reset({"snapshot": None, "steps_since_snapshot": 0})  # torchdata's format
+    assert list(node) == [1, 2]  # the running iteration is untouched
 
 
 # -- bounds -----------------------------------------------------------------------------
@@ -99,8 +109,9 @@ def test_prefetcher_holds_at_most_max_items_including_the_one_being_pulled():
     src = Counting(50)
     node = sb.nodes.Prefetcher(src, max_items=3, max_bytes="1MiB")
     next(node)
-    time.sleep(0.1)
-    assert src.nexts == 1 + 3  # delivered one; three more pulled or being pulled
+    assert eventually(lambda: src.nexts == 1 + 3)  # delivered one; three more pulled
+    time.sleep(0.05)
+    assert src.nexts == 1 + 3  # and no more
     assert len(list(node)) == 49
     node.shutdown()
 

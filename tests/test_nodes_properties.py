@@ -32,7 +32,7 @@ from streambuf.nodes._window import OrderedWindow
 pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_thread_leak")]
 
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

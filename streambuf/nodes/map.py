@@ -78,11 +78,11 @@ class _ThreadedNode(BaseNode[T]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         """Stop the current iteration's threads (bounded join), drop what they hold, and
         start again: from the beginning (``source.reset()``), or from ``initial_state``."""
-        super().reset(initial_state)
-        self._close()
         source_state, skip = (
             (None, []) if initial_state is None else _resume_of(initial_state, self.name)
         )
+        super().reset(initial_state)
+        self._close()
         if not self._src_lock.acquire(timeout=self.join_timeout_s):
             raise RuntimeError(
                 f"{self.name}: a thread of the previous iteration is still inside the "
