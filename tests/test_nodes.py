@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import pickle
 import threading
 import time
 
@@ -287,6 +288,24 @@ def test_reset_is_bounded_when_map_fn_is_stuck():
     assert time.monotonic() - t0 < 1.0
     release.set()
     assert list(node) == list(range(100))
+
+
+def test_nodes_pickle_as_configuration_even_while_running():
+    node = sb.nodes.Prefetcher(
+        sb.nodes.ParallelMapper(
+            sb.nodes.PipelineNode(sb.Pipeline(list(range(30))).batch(3)),
+            ids,
+            threads=2,
+            max_bytes=4096,
+        ),
+        max_items=2,
+        max_bytes=4096,
+    )
+    first = next(node)
+    copy = pickle.loads(pickle.dumps(node))  # e.g. into a spawned DataLoader worker
+    assert [first, *node] == [list(range(i, i + 3)) for i in range(0, 30, 3)]
+    assert list(copy) == [list(range(i, i + 3)) for i in range(0, 30, 3)]
+    assert copy.state_dict()["source"]["source"]["complete"]
 
 
 # -- torchdata integration --------------------------------------------------------------

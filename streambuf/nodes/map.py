@@ -115,15 +115,30 @@ class _ThreadedNode(BaseNode[T]):
             self._stop()  # runs run.close() once, and never again at GC
 
     def next(self) -> T:
-        assert self._run is not None  # BaseNode.__next__ resets first
+        if self._run is None:  # unpickled: its iteration stayed in the other process
+            self.reset()
+        assert self._run is not None
         out: T = self._run.next()
         return out
 
     def get_state(self) -> dict[str, Any]:
         """``{"source": <source state>, "delivered_ahead": [...]}``: exactly the items
         ``next()`` returned (see ``streambuf.nodes._run``)."""
+        if self._run is None:
+            self.reset()
         assert self._run is not None
         return self._run.get_state()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as configuration (threads and locks stay here): a copy starts from
+        the beginning, or from a state given to ``reset``."""
+        state = self.__dict__.copy()
+        state.update(_src_lock=None, _run=None, _stop=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._src_lock = threading.Lock()
 
     def shutdown(self) -> None:
         """Stop the threads (bounded join) and shut the source down; ``next()`` then

@@ -64,12 +64,14 @@ class PipelineNode(BaseNode[Any]):
         self._it: Iterator[Any] | None = None
         self._ended_state: dict[str, Any] | None = None  # resumed at the end of an epoch
         self._stop: weakref.finalize | None = None
+        self._unpickled = False
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         """Close the current iteration and start one: at ``pipeline.epoch`` from its
         start, or where ``initial_state`` (this node's ``state_dict()``) left off."""
         super().reset(initial_state)
         self.shutdown()
+        self._unpickled = False
         pipe = self.pipeline
         self._ended_state = None
         ctx = pipe.context()
@@ -87,13 +89,24 @@ class PipelineNode(BaseNode[Any]):
         self._stop = weakref.finalize(self, _close, it)
 
     def next(self) -> Any:
-        if self._it is None:  # resumed exhausted, or shut down
-            raise StopIteration
+        if self._it is None:
+            if self._unpickled:  # its iteration stayed in the other process
+                self.reset()
+                return self.next()
+            raise StopIteration  # resumed exhausted, or shut down
         return next(self._it)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as configuration (the pipeline): a copy starts a fresh iteration."""
+        state = self.__dict__.copy()
+        state.update(_iteration=None, _it=None, _ended_state=None, _stop=None, _unpickled=True)
+        return state
 
     def get_state(self) -> dict[str, Any]:
         """The pipeline's state (``Pipeline.state_dict()``'s format) as of the last item
         ``next()`` returned; JSON-serialisable."""
+        if self._unpickled:
+            self.reset()
         if self._ended_state is not None:
             return self._ended_state
         return _state.pipeline_state(self.pipeline, self._iteration)
