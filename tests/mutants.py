@@ -173,14 +173,14 @@ MUTANTS = [
         "streambuf/nodes/_run.py",
         "est = self._largest if self._largest >= 0 else self._share",
         "est = 0",
-        ("tests/test_nodes.py",),
+        ("tests/test_nodes.py::test_items_being_made_count_against_the_byte_bound",),
     ),
     Mutant(
         "nodes: the window never hands the head over (in-order deadlock)",
         "streambuf/nodes/_window.py",
         "(slot.admitted or slot.token is not None)",
         "slot.admitted",
-        ("tests/test_nodes.py",),
+        ("tests/test_nodes.py::test_a_head_result_larger_than_its_reservation_is_handed_over",),
     ),
     Mutant(
         "nodes: the state counts what the threads ran ahead on",
@@ -194,7 +194,9 @@ MUTANTS = [
         "streambuf/nodes/_run.py",
         "ahead = sorted(i - base for i in (*self._ahead, *self._skip))",
         "ahead: list[int] = []",
-        ("tests/test_nodes.py",),
+        (
+            "tests/test_nodes.py::test_out_of_order_state_lists_what_was_delivered_ahead_and_resumes_exactly",
+        ),
     ),
     Mutant(
         "nodes: reset leaves the previous iteration's threads running",
@@ -208,7 +210,7 @@ MUTANTS = [
         "streambuf/nodes/map.py",
         "self._stop = weakref.finalize(self, run.close)",
         "self._stop = weakref.finalize(run, run.close)",
-        ("tests/test_nodes.py",),
+        ("tests/test_nodes.py::test_reset_shutdown_and_garbage_collection_stop_the_threads",),
     ),
     Mutant(
         "nodes: PipelineNode resumes an end-of-epoch state as the next epoch",
