@@ -5,6 +5,7 @@ Public API only; see README.md and DESIGN.md.
 
 from __future__ import annotations
 
+from . import nodes as nodes  # torchdata.nodes: Prefetcher, ParallelMapper, PipelineNode
 from . import video as video
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer

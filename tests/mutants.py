@@ -210,6 +210,71 @@ MUTANTS = [
         "        exc = None\n        if not isinstance(exc, BaseException):",
         ("tests/test_loader_errors.py",),
     ),
+    Mutant(
+        "nodes: an in-order result larger than its reservation is put over the bound",
+        "streambuf/nodes/_window.py",
+        "if size > reserved and (self._waiters or not self._fits(size)):",
+        "if False:",
+        ("tests/test_nodes_properties.py",),
+    ),
+    Mutant(
+        "nodes: an as-ready result larger than its reservation is put over the bound",
+        "streambuf/nodes/_run.py",
+        "if rec[3] <= est:",
+        "if True:",
+        ("tests/test_nodes_properties.py",),
+    ),
+    Mutant(
+        "nodes: items being made are not counted in bytes (no reservation estimate)",
+        "streambuf/nodes/_run.py",
+        "est = self._largest if self._largest >= 0 else self._share",
+        "est = 0",
+        ("tests/test_nodes.py::test_items_being_made_count_against_the_byte_bound",),
+    ),
+    Mutant(
+        "nodes: the window never hands the head over (in-order deadlock)",
+        "streambuf/nodes/_window.py",
+        "(slot.admitted or slot.token is not None)",
+        "slot.admitted",
+        ("tests/test_nodes.py::test_a_head_result_larger_than_its_reservation_is_handed_over",),
+    ),
+    Mutant(
+        "nodes: the state counts what the threads ran ahead on",
+        "streambuf/nodes/_run.py",
+        "            self._mark(idx, state)\n        return out",
+        "            self._mark(idx, self._source.state_dict())\n        return out",
+        ("tests/test_nodes.py",),
+    ),
+    Mutant(
+        "nodes: the state forgets items delivered out of order",
+        "streambuf/nodes/_run.py",
+        "ahead = sorted(i - base for i in (*self._ahead, *self._skip))",
+        "ahead: list[int] = []",
+        (
+            "tests/test_nodes.py::test_out_of_order_state_lists_what_was_delivered_ahead_and_resumes_exactly",
+        ),
+    ),
+    Mutant(
+        "nodes: reset leaves the previous iteration's threads running",
+        "streambuf/nodes/map.py",
+        "        super().reset(initial_state)\n        self._close()",
+        "        super().reset(initial_state)",
+        ("tests/test_nodes.py",),
+    ),
+    Mutant(
+        "nodes: garbage collection does not stop the threads",
+        "streambuf/nodes/map.py",
+        "self._stop = weakref.finalize(self, run.close)",
+        "self._stop = weakref.finalize(run, run.close)",
+        ("tests/test_nodes.py::test_reset_shutdown_and_garbage_collection_stop_the_threads",),
+    ),
+    Mutant(
+        "nodes: PipelineNode resumes an end-of-epoch state as the next epoch",
+        "streambuf/nodes/pipeline.py",
+        'if plan["complete"]:',
+        "if False:",
+        ("tests/test_nodes.py",),
+    ),
 ]
 
 

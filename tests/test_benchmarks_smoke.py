@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from streambuf.bench import all as bench_all
-from streambuf.bench import buffer, bursty, gpu, latency, memory, mixed, stall
+from streambuf.bench import buffer, bursty, gpu, latency, memory, mixed, nodes, stall
 from streambuf.bench._deps import importable, require
 from streambuf.bench._report import Headline, check_runs
 from streambuf.cli import main
@@ -44,6 +44,27 @@ def test_latency_has_every_peer_and_the_zero_latency_rows(tmp_path):
         "latency seed (0 ms/sample)",
     }
     assert (tmp_path / "latency.png").stat().st_size > 0
+
+
+def test_nodes_compares_both_graphs_within_streambufs_bounds(tmp_path):
+    report = nodes.run(out=str(tmp_path), tiny=True)
+    assert_delivered(report)
+    assert_headline(report)
+    data = saved(tmp_path, "nodes")
+    keys = {(r["kind"], r["config"]["size"], r["config"]["consumer"]) for r in data["rows"]}
+    assert keys == {
+        (k, size, c)
+        for k in ("torchdata", "streambuf")
+        for size in ("1MiB", "64KiB")
+        for c in ("steady", "hiccups")
+    }
+    for r in data["rows"]:
+        run = r["runs"][0]
+        assert run["peak_live_bytes"] >= r["config"]["item_bytes"]
+        if r["kind"] == "streambuf":  # each node within its own byte bound
+            assert 0 < run["mapper_peak_bytes"] <= run["mapper_max_bytes"]
+            assert 0 < run["prefetcher_peak_bytes"] <= run["prefetcher_max_bytes"]
+    assert {h["metric"] for h in data["headline"]} == {"items/s", "peak live MiB"}
 
 
 def test_mixed_compares_processes_x_threads_with_each_alone(tmp_path):

@@ -23,6 +23,7 @@ __all__ = ["BENCHMARKS", "describe", "load"]
 
 BENCHMARKS: dict[str, str] = {
     "latency": "latency-bound samples (the seed workload): DataLoader ladder, torchdata.nodes, streambuf",
+    "nodes": "torchdata.nodes graphs: torchdata's ParallelMapper/Prefetcher vs streambuf.nodes', 1 MiB and 64 KiB",
     "mixed": "GIL-releasing I/O plus GIL-holding Python per sample: processes x threads vs each alone",
     "memory": "memory growth: DataLoader prefetch_factor ladder vs streambuf's byte budget",
     "stall": "consumer wait with heavy-tailed latency and a train step",

@@ -2,7 +2,7 @@
 figure beside the strongest peer's from the same run, and the ratio (below 1: streambuf
 loses, and the table says so).
 
-Runs latency, mixed, memory, stall, network, video, buffer and bursty, and gpu where a
+Runs latency, nodes, mixed, memory, stall, network, video, buffer and bursty, and gpu where a
 CUDA device is usable. A benchmark that fails is reported and the others still run (the
 command then exits non-zero). Writes each benchmark's JSON and ``headline.json`` /
 ``headline.md`` under ``--out``.
@@ -21,7 +21,18 @@ from . import load
 from ._harness import environment, mode_of
 from ._report import headline_table, write_json
 
-ORDER = ("latency", "mixed", "memory", "stall", "network", "video", "buffer", "bursty", "gpu")
+ORDER = (
+    "latency",
+    "nodes",
+    "mixed",
+    "memory",
+    "stall",
+    "network",
+    "video",
+    "buffer",
+    "bursty",
+    "gpu",
+)
 
 
 def run(
