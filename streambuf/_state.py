@@ -24,6 +24,7 @@ A state (``Loader.state_dict()``, ``Pipeline.state_dict()``) is plain data (JSON
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,12 +48,21 @@ def fingerprint(pipe: Pipeline) -> str:
     return f"{pipe.num_shards()}|{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}{mixed}"
 
 
+_HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _slot_has_data(pipe: Pipeline, epoch: int, slot: int, slots: int) -> bool:
     if pipe._mix is not None:
         return True  # its sources' shares: known only by running them
-    n = pipe.num_shards() or 0
-    order = shard_order(n, seed=pipe.seed, epoch=epoch, shuffle=pipe._shuffle_shards)
-    return bool(assign(n, order, slot, slots).shards)
+    known = _HAS_DATA.setdefault(pipe, {})
+    key = (epoch, slot, slots)
+    if key not in known:  # a state is taken per batch: compute the order once per epoch
+        n = pipe.num_shards() or 0
+        order = shard_order(n, seed=pipe.seed, epoch=epoch, shuffle=pipe._shuffle_shards)
+        known[key] = bool(assign(n, order, slot, slots).shards)
+    return known[key]
 
 
 def run_state(
