@@ -5,6 +5,7 @@ Public API only; see README.md and DESIGN.md.
 
 from __future__ import annotations
 
+from . import nodes as nodes  # torchdata.nodes: Prefetcher, ParallelMapper, PipelineNode
 from . import video as video
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
@@ -19,6 +20,7 @@ from .errors import (
     WorkerError,
 )
 from .loader import Loader
+from .mixing import MixStats, mix, mix_stats
 from .pipeline import Pipeline, WorkerContext
 from .prefetch import Prefetcher, prefetch
 from .resources import Limits, Recommendation, read_limits, recommend
@@ -40,6 +42,7 @@ __all__ = [
     "Limits",
     "Loader",
     "LoaderStats",
+    "MixStats",
     "Pipeline",
     "Prefetcher",
     "Recommendation",
@@ -52,6 +55,8 @@ __all__ = [
     "VideoError",
     "WorkerContext",
     "WorkerError",
+    "mix",
+    "mix_stats",
     "nbytes",
     "prefetch",
     "read_limits",

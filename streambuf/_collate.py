@@ -38,19 +38,32 @@ def _alloc(elem: torch.Tensor, n: int) -> torch.Tensor:
     return torch.empty((n, *elem.shape), dtype=elem.dtype, device=elem.device)
 
 
+def _aligned(n: int) -> int:
+    return (n + 63) // 64 * 64
+
+
 class _Builder:
-    """Holds the batch being built for one sample structure."""
+    """Holds the batch being built for one sample structure.
+
+    Its tensor leaves are laid out together in one slot of the worker's batch arena when
+    there is one (``streambuf._arena``), else each in fresh shared memory (in a worker)
+    or ordinary memory (in process).
+    """
 
     def __init__(self, first: Any, n: int) -> None:
         self.n = n
         self.count = 0
+        self._leaves: list[list[Any]] = []
         self.template = self._plan(first, in_seq=False)
+        self._allocate()
 
     def _plan(self, x: Any, *, in_seq: bool) -> Any:
         if isinstance(x, np.ndarray) and x.dtype.kind in "biufc":
             x = torch.from_numpy(x)
         if isinstance(x, torch.Tensor):
-            return ("t", _alloc(x, self.n), x.shape, x.dtype)
+            leaf = ["t", x, x.shape, x.dtype]  # the sample stands in until _allocate
+            self._leaves.append(leaf)
+            return leaf
         if isinstance(x, dict):
             return ("d", {k: self._plan(v, in_seq=False) for k, v in x.items()})
         if isinstance(x, tuple | list) and not hasattr(x, "_fields"):
@@ -58,6 +71,25 @@ class _Builder:
         if isinstance(x, int | float | str | bytes | bool):
             return ("v", [], in_seq)
         raise _Mismatch
+
+    def _allocate(self) -> None:
+        from . import _arena
+
+        cpu = all(leaf[1].device.type == "cpu" for leaf in self._leaves)
+        sizes = [
+            _aligned(self.n * leaf[1].numel() * leaf[1].element_size()) for leaf in self._leaves
+        ]
+        act = _arena.active() if cpu and self._leaves else None
+        slot = act[0].allocate(act[1], sum(sizes)) if act is not None else None
+        self._slot = (act[0], slot) if act is not None and slot is not None else None
+        offset = 0
+        for leaf, size in zip(self._leaves, sizes):
+            elem = leaf[1]
+            if act is not None and slot is not None:
+                leaf[1] = act[0].tensor(slot, offset, elem.dtype, (self.n, *elem.shape))
+                offset += size
+            else:
+                leaf[1] = _alloc(elem, self.n)
 
     def add(self, x: Any) -> None:
         self._add(self.template, x, self.count)
@@ -85,6 +117,8 @@ class _Builder:
             plan[1].append(x)
 
     def result(self) -> Any:
+        if self._slot is not None:
+            self._slot[0].produced(self._slot[1])
         return self._result(self.template)
 
     def _result(self, plan: Any) -> Any:

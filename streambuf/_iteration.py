@@ -80,6 +80,20 @@ class Iteration:
     # -- building one pass --------------------------------------------------------------
     def _open_source(self, env: Env, resume: dict[str, Any] | None) -> Iterator[Rec]:
         pipe, ctx = self.pipe, self.ctx
+        if pipe._mix is not None:
+            from .mixing import MixRun
+
+            mixer = MixRun(
+                pipe._mix,
+                ctx,
+                ledger=self.ledger,
+                stage_bytes=self.stage_bytes,
+                cursor=resume["source"] if resume else None,
+                pending=resume["pending"] if resume else None,
+            )
+            self._source = mixer  # type: ignore[assignment]
+            env.partial = mixer.partial
+            return iter(mixer)
         if not pipe._is_seq:
             if resume is not None or self.progress is not None:
                 raise ValueError("a pipeline over a one-shot iterable cannot be resumed")
@@ -142,6 +156,12 @@ class Iteration:
 
     # -- delivery -----------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        for rec in self.records(settle=True):
+            yield rec.value
+
+    def records(self, *, settle: bool) -> Iterator[Rec]:
+        """The outputs as ``Rec`` objects; with ``settle=False`` the caller settles each
+        one in ``self.ledger`` (a mixer does, atomically with taking it on)."""
         resume = self.resume
         if resume is not None and self.done:
             return  # the saved state had delivered everything
@@ -154,11 +174,12 @@ class Iteration:
                 for rec in it:
                     if self.target is not None and self.produced >= self.target:
                         return
-                    self.ledger.settle_all(rec)
+                    if settle:
+                        self.ledger.settle_all(rec)
                     self.produced += 1
                     self.last = rec.last
                     got += 1
-                    yield rec.value
+                    yield rec
                     if self.target is not None and self.produced >= self.target:
                         return
             finally:
@@ -173,6 +194,37 @@ class Iteration:
                     f"batches but its stream is empty (a filter dropped everything?)"
                 )
             self.pass_index += 1
+
+    def _fetch_access(self) -> Any:
+        """An access to this slot's shards for fetching (no lanes started)."""
+        pipe, ctx = self.pipe, self.ctx
+        source: Any = pipe._source
+        if pipe._reader is not None:
+            n = len(source)
+            order = shard_order(n, seed=pipe._seed, epoch=ctx.epoch, shuffle=pipe._shuffle_shards)
+            a = assign(n, order, ctx.slot, ctx.slots)
+            return pipe._reader.open(
+                source, ctx=ctx, stage_bytes=self.stage_bytes, stride=a.stride, offset=a.offset
+            ).access
+        return ItemAccess(source) if pipe._expand is None else ExpandAccess(source, pipe._expand)
+
+    def refetch(self, positions: list[tuple[int, ...]]) -> dict[tuple[int, ...], Any]:
+        """Outputs at ``positions`` made again: their source samples fetched (grouped by
+        shard) and put through the stages (each stage's ``replay``)."""
+        access = self._fetch_access()
+        groups: dict[int, list[tuple[int, Any]]] = {}
+        for pos in positions:
+            groups.setdefault(pos[0], []).append((pos[1], None))
+        out: dict[tuple[int, ...], Any] = {}
+        for shard, wanted in groups.items():
+            got = dict(access.fetch(shard, wanted))
+            for pos in positions:
+                if pos[0] == shard and pos[1] in got:
+                    value = got[pos[1]]
+                    for stage in self.pipe._stages:
+                        value = stage.replay(value, pos)
+                    out[pos] = value
+        return out
 
     def snapshot(self) -> dict[str, Any]:
         """Where this iteration is, as plain data (see the module docstring)."""

@@ -8,8 +8,11 @@ iterator into lane ``t`` of one ``ShardedBuffer`` that the consumer iterates.
   room for it in the buffer (its estimate: the largest item any lane has made, or the
   lane's whole share of the byte bound before the first one), so the item being built
   counts against ``max_bytes``/``max_items`` like a queued one; ``put`` then turns the
-  reservation into the item. An item larger than its reservation is still put (it
-  exists) and raises the estimate, so it happens at most once per size.
+  reservation into the item. An item larger than its reservation gives the room back
+  and waits for enough (its lane's earlier items are ahead of it, so this cannot
+  deadlock; alone in an empty lane it is admitted whatever its size, counted in
+  ``oversize``), and raises the estimate. Bytes held never pass the bound: only that
+  one finished item, waiting in its thread, is outside the count.
 * **Order.** ``"round_robin"``: the consumer takes lane 0, 1, ... (deterministic;
   budgets sharded per lane, deadlock-free); ``"first_ready"``: arrival order (pooled).
   ``start_lane`` is where round robin begins (a resumed stream).
@@ -112,7 +115,11 @@ class LaneRunner(Generic[T]):
                     buf.cancel(lane, estimate)
                     raise
                 size = int(self._sizeof(item))
-                buf._put(lane, item, None, estimate, size)
+                if size <= estimate:
+                    buf._put(lane, item, None, estimate, size)
+                else:  # larger than its room: give the room back, wait for enough
+                    buf.cancel(lane, estimate)
+                    buf._put(lane, item, None, None, size)
                 if size > self._largest:
                     self._largest = size
         except (StopIteration, BufferClosed):

@@ -24,6 +24,7 @@ A state (``Loader.state_dict()``, ``Pipeline.state_dict()``) is plain data (JSON
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +44,25 @@ KIND = "streambuf.state"
 def fingerprint(pipe: Pipeline) -> str:
     """What must not change between save and load: the shard count and the stages."""
     stages = ",".join(s.name for s in pipe._stages)
-    return f"{pipe.num_shards()}|{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}"
+    mixed = pipe._mix.fingerprint() if pipe._mix is not None else ""
+    return f"{pipe.num_shards()}|{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}{mixed}"
+
+
+_HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _slot_has_data(pipe: Pipeline, epoch: int, slot: int, slots: int) -> bool:
-    n = pipe.num_shards() or 0
-    order = shard_order(n, seed=pipe.seed, epoch=epoch, shuffle=pipe._shuffle_shards)
-    return bool(assign(n, order, slot, slots).shards)
+    if pipe._mix is not None:
+        return True  # its sources' shares: known only by running them
+    known = _HAS_DATA.setdefault(pipe, {})
+    key = (epoch, slot, slots)
+    if key not in known:  # a state is taken per batch: compute the order once per epoch
+        n = pipe.num_shards() or 0
+        order = shard_order(n, seed=pipe.seed, epoch=epoch, shuffle=pipe._shuffle_shards)
+        known[key] = bool(assign(n, order, slot, slots).shards)
+    return known[key]
 
 
 def run_state(
@@ -187,6 +200,11 @@ def worker_plan(
                 f"the saved run had world_size={layout['world_size']}; to resume at "
                 f"world_size={world_size}, pass the states of all its ranks to load_state_dict()"
             )
+    if pipe._mix is not None:
+        raise ValueError(
+            "a mix() pipeline resumes only at the layout it was saved at (same world size "
+            "and num_workers)"
+        )
     return plan["epoch"], "elastic", None, Progress.of_states(pipe, states), 0
 
 

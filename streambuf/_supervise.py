@@ -139,18 +139,18 @@ class Supervisor:
 
     def _failure(self, *, waited_s: float) -> WorkerError | None:
         dead = [(i, w) for i, w in enumerate(self.workers) if w.exitcode is not None]
+        if dead and not self.silenced:  # a death is the cause, whatever the clock says
+            what = "; ".join(f"worker {i} (pid {w.pid}) {_ended(w)}" for i, w in dead)
+            hint = ""
+            if any(w.exitcode == -signal.SIGKILL for _, w in dead):
+                hint = " (SIGKILL: often the out-of-memory killer; lower max_bytes)"
+            return WorkerError(f"DataLoader worker died: {what}{hint}")
         if self.silenced or (self.timeout_s is not None and waited_s >= self.timeout_s):
             return WorkerError(
                 f"no batch arrived within timeout_s={self.timeout_s} (waited {waited_s:.1f} "
                 "s): a DataLoader worker is stuck (hung in a stage, stopped, or starved); "
                 "the workers were stopped. Raise timeout_s if a batch can take that long"
             )
-        if dead:
-            what = "; ".join(f"worker {i} (pid {w.pid}) {_ended(w)}" for i, w in dead)
-            hint = ""
-            if any(w.exitcode == -signal.SIGKILL for _, w in dead):
-                hint = " (SIGKILL: often the out-of-memory killer; lower max_bytes)"
-            return WorkerError(f"DataLoader worker died: {what}{hint}")
         return None
 
     def _watch(self) -> None:

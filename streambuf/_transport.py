@@ -38,18 +38,71 @@ __all__ = ["Failure", "Tagged", "pack_exception"]
 
 
 def _dumps(obj: Any) -> bytes:
-    """Pickle as the DataLoader's queues do (torch's reductions: tensors via shared memory)."""
+    """Pickle as the DataLoader's queues do (torch's reductions: tensors via shared
+    memory), except tensors in this worker's batch arena: those go as their place in it
+    (``streambuf._arena``)."""
     from multiprocessing.reduction import ForkingPickler
 
-    import torch.multiprocessing  # noqa: F401  (registers torch's reductions)
+    import torch
+    import torch.multiprocessing
 
+    from . import _arena
+
+    act = _arena.active()
     buf = io.BytesIO()
-    ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
+    pickler = ForkingPickler(buf, pickle.HIGHEST_PROTOCOL)
+    if act is not None:
+        arena = act[0]
+
+        def persistent_id(x: Any) -> Any:
+            if type(x) is not torch.Tensor:
+                return None
+            storage = x.untyped_storage()
+            at = arena.contains(storage.data_ptr())
+            if at is None:
+                return None
+            slot, offset = divmod(at, arena.slot_bytes)
+            return (
+                "streambuf-arena",
+                arena.token,
+                slot,
+                offset,
+                storage.nbytes(),
+                str(x.dtype).removeprefix("torch."),
+                tuple(x.shape),
+                x.stride(),
+                x.storage_offset(),
+            )
+
+        pickler.persistent_id = persistent_id  # type: ignore[method-assign]
+    pickler.dump(obj)
     return buf.getvalue()
 
 
+class _Unpickler(pickle.Unpickler):
+    """Rebuilds arena tensors as views of this process's mapping (slot freed when the
+    last view dies)."""
+
+    def persistent_load(self, pid: Any) -> Any:
+        import torch
+
+        from . import _arena
+
+        tag, token, slot, offset, nbytes, dtype, shape, stride, storage_offset = pid
+        if tag != "streambuf-arena":
+            raise pickle.UnpicklingError(f"unknown persistent id {tag!r}")
+        dt = getattr(torch, dtype)
+        if not nbytes:
+            return torch.empty(0, dtype=dt).as_strided(shape, stride, storage_offset)
+        # the tensor must hold the slot's view itself (the slot is freed when it dies):
+        # frombuffer on it, then slice in torch (a numpy slice would hold the whole arena)
+        whole = torch.frombuffer(_arena.registered(token).adopt(slot), dtype=torch.uint8)
+        flat = whole[offset : offset + nbytes].view(dt)
+        return flat.as_strided(shape, stride, storage_offset)
+
+
 def _loads(data: bytes) -> Any:
-    return pickle.loads(data)
+    return _Unpickler(io.BytesIO(data)).load()
 
 
 @dataclass

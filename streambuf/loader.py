@@ -97,6 +97,10 @@ class Loader:
         tuner_interval_s: the tuner's decision window.
         memory_reserve_bytes: shrink the depth when less memory than this is available.
         log_every_s: log a stats line (INFO, logger "streambuf") this often.
+        arena: build batches in slots of one shared memory region mapped once in every
+            process (``streambuf._arena``; Linux), instead of fresh shared memory per
+            batch. A batch you keep keeps its slot until it dies (workers then use
+            fresh memory meanwhile; never a wait).
 
     Raises:
         TypeError, ValueError: a bad option (named, with the fix), before any worker starts.
@@ -121,6 +125,7 @@ class Loader:
         tuner_interval_s: float = 0.5,
         memory_reserve_bytes: int | str | None = "1GiB",
         log_every_s: float | None = None,
+        arena: bool = True,
     ) -> None:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
@@ -139,6 +144,7 @@ class Loader:
         interval = check_seconds(tuner_interval_s, name="tuner_interval_s")
         reserve = parse_optional_bytes(memory_reserve_bytes, name="memory_reserve_bytes")
         self.log_every_s = check_optional_seconds(log_every_s, name="log_every_s")
+        self.use_arena = check_bool(arena, name="arena")
         min_depth = num_workers if in_order else 1
         if num_workers and self.max_batches < min_depth:
             raise ValueError(
@@ -173,6 +179,7 @@ class Loader:
         self._dl: DataLoader[Any] | None = None
         self._dl_iter: Any = None
         self._board: Board | None = None
+        self._arena: Any = None
         self._supervisor: Supervisor | None = None
         self._closed = False
         self._tracker = RunTracker(pipeline, num_workers=num_workers, in_order=self.in_order)
@@ -193,8 +200,13 @@ class Loader:
             lock_timeout_s=min(10.0, self.timeout_s or 10.0),
         )
         self._board = Board(self._ctx)
+        self._arena = self._make_arena()
         feed = Feed(
-            self.pipeline, budget=self._budget, board=self._board, stage_bytes=self.stage_bytes
+            self.pipeline,
+            budget=self._budget,
+            board=self._board,
+            stage_bytes=self.stage_bytes,
+            arena=self._arena,
         )
         self._dl = DataLoader(
             feed,
@@ -209,6 +221,22 @@ class Loader:
             timeout=min(POLL_S, self.timeout_s or POLL_S),  # the Supervisor's poll
         )
         return self._dl
+
+    def _make_arena(self) -> Any:
+        from . import _arena
+
+        if not self.use_arena or not _arena.available():
+            return None
+        slots = math.ceil(self.max_batches / self.num_workers)
+        slot_bytes = self.credit_bytes // self.num_workers // slots
+        if slot_bytes < 1 << 16:  # batches this small gain nothing from it
+            return None
+        return _arena.Arena(
+            num_workers=self.num_workers,
+            slots_per_worker=slots,
+            slot_bytes=slot_bytes,
+            ctx=self._ctx,
+        )
 
     def _rank_world(self) -> tuple[int, int]:
         return self.pipeline.rank_world or current_rank_world()
@@ -247,6 +275,8 @@ class Loader:
             return
         dl = self._dataloader()
         assert self._budget is not None and self._board is not None
+        if self._arena is not None and self._dl_iter is None:
+            self._arena.reclaim()  # no worker runs now: free what no batch view holds
         gen = self._budget.new_generation()
         self._board.publish(
             generation=gen,

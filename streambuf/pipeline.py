@@ -162,6 +162,7 @@ class Pipeline(IterableDataset[Any]):
         )
         self._stages: tuple[Stage, ...] = ()
         self._epoch = SharedInt(0)
+        self._mix: Any = None  # a streambuf.mixing.MixSpec when built by mix()
         self._current: Iteration | None = None  # the in-process iteration (state_dict)
         self._resume: dict[str, Any] | None = None  # loaded, for the next iteration
 
@@ -264,14 +265,18 @@ class Pipeline(IterableDataset[Any]):
 
     def _has_stage_buffers(self) -> bool:
         """True if a stage holds items ahead (threaded map, prefetch) or a reader is used."""
-        return self._reader is not None or any(s.buffers for s in self._stages)
+        return (
+            self._reader is not None
+            or self._mix is not None
+            or any(s.buffers for s in self._stages)
+        )
 
     def _per_stage_bytes(self, stage_bytes: int | None) -> int | None:
         """A Loader's stage grant split evenly among the stages that hold items ahead
         (threaded maps without their own max_bytes, and the shard reader)."""
         if stage_bytes is None:
             return None
-        n = (self._reader is not None) + sum(
+        n = (self._reader is not None or self._mix is not None) + sum(
             1 for s in self._stages if isinstance(s, Map) and s.buffers and s.max_bytes is None
         )
         return max(1, stage_bytes // max(1, n))

@@ -106,6 +106,11 @@ class Stage:
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         raise NotImplementedError
 
+    def replay(self, value: Any, pos: tuple[int, ...]) -> Any:
+        """The output of this stage for one sample delivered before, made again from its
+        input (a mixed pipeline refetches samples by position); identity by default."""
+        return value
+
     def set_epoch(self, epoch: int) -> None:
         fn = getattr(self, "fn", None)
         set_epoch = getattr(fn, "set_epoch", None)
@@ -150,6 +155,9 @@ class Map(Stage):
     @property
     def buffers(self) -> bool:  # type: ignore[override]
         return self.threads > 1
+
+    def replay(self, value: Any, pos: tuple[int, ...]) -> Any:
+        return self.fn(value)
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         call = _call(self.fn, self.name)
@@ -223,6 +231,9 @@ class Filter(Stage):
 @dataclass(frozen=True)
 class Flatten(Stage):
     name = "flatten"
+
+    def replay(self, value: Any, pos: tuple[int, ...]) -> Any:
+        return list(value)[pos[2]]
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         ledger = env.ledger

@@ -126,3 +126,8 @@ def with_lock(x: int):
     import threading
 
     return {"x": x, "lock": threading.Lock()}
+
+
+def quarter_mib(i: int) -> torch.Tensor:
+    """A 256 KiB sample filled with its id (content checks survive slot reuse)."""
+    return torch.full((1 << 16,), float(i), dtype=torch.float32)

@@ -47,3 +47,38 @@ def plain_loader(
         in_order=in_order,
         timeout_s=60,
     )
+
+
+def tag(source):
+    """Marks a sample with its source (module level: picklable)."""
+    return _Tag(source)
+
+
+class _Tag:
+    def __init__(self, source: int) -> None:
+        self.source = source
+
+    def __call__(self, x: int) -> int:
+        return self.source * 10_000 + int(x)
+
+
+def mixed_pipe(*, stop="all_exhausted", weights=(0.7, 0.3), sizes=(8, 4), rank=None, world=None):
+    from streambuf import mix
+
+    kw = {} if rank is None else {"rank": rank, "world_size": world}
+    a = Pipeline(list(range(sizes[0])), expand=shard_samples, shuffle_shards=True, seed=1, **kw)
+    b = Pipeline(list(range(sizes[1])), expand=shard_samples, seed=2, **kw)
+    return mix([a.map(tag(1), threads=2), b.map(tag(2))], weights=list(weights), seed=9, stop=stop)
+
+
+def mixed_loader(*, workers=2, stop="all_exhausted", shuffle=5, weights=(0.7, 0.3), sizes=(8, 4)):
+    pipe = mixed_pipe(stop=stop, weights=weights, sizes=sizes)
+    if shuffle:
+        pipe = pipe.shuffle(shuffle)
+    return Loader(
+        pipe.batch(4),
+        num_workers=workers,
+        max_batches=max(workers, 1) * 2,
+        max_bytes="2MiB",
+        timeout_s=60,
+    )

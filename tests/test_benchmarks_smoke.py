@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from streambuf.bench import all as bench_all
-from streambuf.bench import buffer, bursty, gpu, latency, memory, mixed, stall
+from streambuf.bench import buffer, bursty, gpu, latency, memory, mixed, nodes, stall
 from streambuf.bench._deps import importable, require
 from streambuf.bench._report import Headline, check_runs
 from streambuf.cli import main
@@ -44,6 +44,27 @@ def test_latency_has_every_peer_and_the_zero_latency_rows(tmp_path):
         "latency seed (0 ms/sample)",
     }
     assert (tmp_path / "latency.png").stat().st_size > 0
+
+
+def test_nodes_compares_both_graphs_within_streambufs_bounds(tmp_path):
+    report = nodes.run(out=str(tmp_path), tiny=True)
+    assert_delivered(report)
+    assert_headline(report)
+    data = saved(tmp_path, "nodes")
+    keys = {(r["kind"], r["config"]["size"], r["config"]["consumer"]) for r in data["rows"]}
+    assert keys == {
+        (k, size, c)
+        for k in ("torchdata", "streambuf")
+        for size in ("1MiB", "64KiB")
+        for c in ("steady", "hiccups")
+    }
+    for r in data["rows"]:
+        run = r["runs"][0]
+        assert run["peak_live_bytes"] >= r["config"]["item_bytes"]
+        if r["kind"] == "streambuf":  # each node within its own byte bound
+            assert 0 < run["mapper_peak_bytes"] <= run["mapper_max_bytes"]
+            assert 0 < run["prefetcher_peak_bytes"] <= run["prefetcher_max_bytes"]
+    assert {h["metric"] for h in data["headline"]} == {"items/s", "peak live MiB"}
 
 
 def test_mixed_compares_processes_x_threads_with_each_alone(tmp_path):
@@ -155,3 +176,28 @@ def test_a_missing_matplotlib_skips_the_plot_and_names_the_extra(tmp_path, monke
     )
     assert path is None and not (tmp_path / "x.png").exists()
     assert "streambuf[bench]" in capsys.readouterr().out
+
+
+def test_resume_and_scale_benchmarks_run_tiny(tmp_path):
+    from streambuf.bench import resume, scale
+
+    r = resume.run(out=str(tmp_path), tiny=True)
+    assert r["state_dict"]["state_bytes"] > 0 and r["state_dict"]["median_s"] < 0.1
+    assert r["resume"]["resume_median_s"] > 0 and r["resume"]["fresh_median_s"] > 0
+    assert saved(tmp_path, "resume")["headline"]
+    s = scale.run(out=str(tmp_path), tiny=True)
+    assert s["list"]["batches"] == s["strlist"]["batches"] == 2 * -(-10_000 // 256)
+    assert saved(tmp_path, "scale")["headline"]
+
+
+def test_strlist_is_a_compact_read_only_sequence():
+    import pickle
+
+    from streambuf._compact import StrList
+
+    items = ["s3://b/a-0.tar", "héllo", "", "x" * 300]
+    s = StrList(items)
+    assert list(s) == items and len(s) == 4 and s[-1] == items[-1] and s[1:3] == items[1:3]
+    assert pickle.loads(pickle.dumps(s)) == items
+    with pytest.raises(IndexError):
+        s[4]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,18 @@ def test_checkpoint_resume_example():
     )
     assert out.returncode == 0, out.stderr
     assert "all 96 exactly once" in out.stdout, out.stdout
+
+
+@pytest.mark.timeout(120)
+def test_torchdata_nodes_example_checkpoints_and_resumes():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's streambuf, not an install
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "torchdata_nodes.py")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("resumed after 11 of 32 batches"), out.stdout
+    assert "512 samples, each once, in order" in out.stdout

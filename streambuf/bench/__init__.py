@@ -23,6 +23,7 @@ __all__ = ["BENCHMARKS", "describe", "load"]
 
 BENCHMARKS: dict[str, str] = {
     "latency": "latency-bound samples (the seed workload): DataLoader ladder, torchdata.nodes, streambuf",
+    "nodes": "torchdata.nodes graphs: torchdata's ParallelMapper/Prefetcher vs streambuf.nodes', 1 MiB and 64 KiB",
     "mixed": "GIL-releasing I/O plus GIL-holding Python per sample: processes x threads vs each alone",
     "memory": "memory growth: DataLoader prefetch_factor ladder vs streambuf's byte budget",
     "stall": "consumer wait with heavy-tailed latency and a train step",
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "network": "tar shards over HTTP, local disk and S3 (moto): streambuf vs webdataset, map-style",
     "cache": "shard cache: epoch 1 vs epoch 2 over HTTP +50 ms, streambuf vs webdataset cache_dir",
     "video": "random clips from 720p H.264: streambuf vs PyAV seek-per-clip, torchcodec",
+    "scale": "memory at scale: per-worker growth over an epoch of 100,000 shard URLs",
     "resume": "checkpoint cost: state_dict() time and size, time to first batch after a resume",
     "gpu": "GPU busy fraction: seed ladder and video clips feeding real models (needs CUDA)",
     "all": "every benchmark above (gpu only where CUDA is), then the headline table",

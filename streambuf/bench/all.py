@@ -2,9 +2,9 @@
 figure beside the strongest peer's from the same run, and the ratio (below 1: streambuf
 loses, and the table says so).
 
-Runs latency, mixed, memory, stall, network, cache, video, buffer and bursty, and gpu where a
-CUDA device is usable. A benchmark that fails is reported and the others still run (the
-command then exits non-zero). Writes each benchmark's JSON and ``headline.json`` /
+Runs latency, nodes, mixed, memory, stall, network, cache, video, buffer and bursty, and gpu
+where a CUDA device is usable. A benchmark that fails is reported and the others still run
+(the command then exits non-zero). Writes each benchmark's JSON and ``headline.json`` /
 ``headline.md`` under ``--out``.
 
     streambuf bench all [--quick] [--out DIR]
@@ -23,6 +23,7 @@ from ._report import headline_table, write_json
 
 ORDER = (
     "latency",
+    "nodes",
     "mixed",
     "memory",
     "stall",

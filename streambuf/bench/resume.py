@@ -40,7 +40,7 @@ def _state_cost(root: Path, *, shards: int, calls: int) -> dict[str, Any]:
     make_shards(root, shards=shards, per_shard=2, sample_bytes=64)
     loader = _loader(str(root / "*.tar"), workers=2, shuffle=256, batch=32)
     it = iter(loader)
-    for _ in range(40):
+    for _ in range(min(40, shards * 2 // 32 // 2)):  # mid-epoch
         next(it)
     times = []
     for _ in range(calls):

@@ -115,7 +115,7 @@ class TarAccess:
         stride: int = 1,
         offset: int = 0,
     ) -> None:
-        self.urls = list(urls)
+        self.urls = urls  # kept as given: a StrList stays compact (streambuf._compact)
         self.options = options
         self.stride, self.offset = stride, offset  # the slot's share of each shard
         self._sem = (

@@ -289,11 +289,12 @@ def shards(
             fix), here, before any worker starts; errors while reading surface from
             iteration.
     """
+    from .._compact import StrList
     from ..pipeline import Pipeline
 
     options = ShardOptions.pick(locals())
     return Pipeline(
-        expand_urls(urls, storage_options=storage_options),
+        StrList(expand_urls(urls, storage_options=storage_options)),
         reader=TarReader(options, ShardCounters()),
         shuffle_shards=shuffle_shards,
         seed=seed,

@@ -182,6 +182,8 @@ def _number(field: bytes, *, what: str, signed: bool = False) -> int:
             n -= 256 ** (len(field) - 1)
         return n
     text = field.split(b"\0", 1)[0].strip(b" ")
+    if text.isdigit() and not text.translate(None, b"01234567"):  # the common case
+        return int(text, 8)
     if not _OCTAL.fullmatch(text):
         raise _TarError(f"invalid {what} field {field!r} in header")
     return int(text or b"0", 8)
@@ -191,11 +193,18 @@ def _text(field: bytes) -> str:
     return field.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
+_HIGH = bytes(range(128, 256))
+
+
 def _checksum_ok(hdr: bytes) -> bool:
+    """The header checksum, as unsigned bytes (POSIX) or signed chars (old tars)."""
     stored = _number(hdr[148:156], what="checksum", signed=True)
-    unsigned = sum(hdr[:148]) + 8 * 32 + sum(hdr[156:])
-    signed = unsigned - 256 * sum(b > 127 for b in hdr[:148] + hdr[156:])  # as signed chars
-    return stored in (unsigned, signed)
+    unsigned = sum(hdr) - sum(hdr[148:156]) + 8 * 32  # the field counts as 8 spaces
+    if stored == unsigned:
+        return True
+    body = hdr[:148] + hdr[156:]
+    high = len(body) - len(body.translate(None, _HIGH))  # bytes > 127, as signed chars
+    return stored == unsigned - 256 * high
 
 
 def _pax(data: bytes) -> dict[str, str]:

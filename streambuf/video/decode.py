@@ -98,6 +98,8 @@ class DecodeStats:
         frames_converted: frames converted to RGB (each requested frame once).
         seeks: seeks, including the one that starts decoding each video.
         failures: videos that failed (raised or skipped).
+        frames_skippable: packets sent with ``skip_frame="NONREF"`` (frames nothing
+            needs; the decoder drops those no other frame references).
     """
 
     videos: int = 0
@@ -106,6 +108,7 @@ class DecodeStats:
     frames_converted: int = 0
     seeks: int = 0
     failures: int = 0
+    frames_skippable: int = 0
 
     def snapshot(self) -> DecodeStats:
         return replace(self)
@@ -309,23 +312,79 @@ def _put_frame(out: torch.Tensor, t: int, rgb: torch.Tensor, layout: Layout) -> 
         out[:, t].copy_(rgb.permute(2, 0, 1))
 
 
+class _Decoder:
+    """Frames out of one stream, decoded packet by packet from a seek point.
+
+    ``needed(i)`` says whether frame ``i`` (presentation index) may be skipped: packets
+    of frames that are neither wanted nor reached yet are sent with
+    ``skip_frame="NONREF"``, so the decoder drops them when nothing references them (B
+    frames, typically) and decodes them otherwise; every other packet is decoded in full.
+    Frames that do come out are exactly what a full decode gives (the skipped ones are
+    never shown and never needed to build another).
+    """
+
+    def __init__(self, container: Any, stream: Any, info: VideoInfo, stats: DecodeStats) -> None:
+        self.container, self.stream, self.info, self.stats = container, stream, info, stats
+        self.index_of = {p: i for i, p in enumerate(info.pts.tolist())}
+        self.ctx = stream.codec_context
+        self.target = 0
+        self.wanted: set[int] = set()
+        self._frames: Iterator[Any] | None = None
+
+    def seek(self, key: int) -> None:
+        self.close()
+        self.container.seek(
+            int(self.info.pts[key]), stream=self.stream, backward=True, any_frame=False
+        )
+        self.stats.seeks += 1
+        self._frames = self._run()
+
+    def _run(self) -> Iterator[Any]:
+        ctx, index_of = self.ctx, self.index_of
+        try:
+            for packet in self.container.demux(self.stream):
+                i = index_of.get(packet.pts) if packet.pts is not None else None
+                skip = i is not None and i < self.target and i not in self.wanted
+                mode = "NONREF" if skip else "DEFAULT"
+                if ctx.skip_frame != mode:
+                    ctx.skip_frame = mode
+                if skip:
+                    self.stats.frames_skippable += 1
+                yield from ctx.decode(packet)
+        finally:
+            if ctx.skip_frame != "DEFAULT":
+                ctx.skip_frame = "DEFAULT"
+
+    def next(self) -> Any:
+        assert self._frames is not None
+        return next(self._frames, None)
+
+    def close(self) -> None:
+        _close(self._frames)
+        self._frames = None
+
+
 def _forward_frames(
     container: Any, stream: Any, info: VideoInfo, wanted: list[int], stats: DecodeStats
 ) -> Iterator[tuple[int, Any]]:
     """Yield ``(index, frame)`` for each index in ``wanted`` (sorted, unique), decoding
     forward and seeking only when the wanted frame's keyframe lies beyond the next frame
-    the decoder would produce. Raises ``_Missing`` when a wanted frame does not come out."""
-    index_of = {p: i for i, p in enumerate(info.pts.tolist())}
-    frames: Iterator[Any] | None = None
+    the decoder would produce; packets of frames nothing needs are sent as skippable
+    (``_Decoder``). Raises ``_Missing`` when a wanted frame does not come out."""
+    dec = _Decoder(container, stream, info, stats)
+    dec.wanted = set(wanted)
     last = -1  # index of the last frame out of the decoder
     fresh = False  # nothing decoded since the last seek
+    started = False
     try:
         for target in wanted:
+            dec.target = target
             key = info.keyframe_before(target)
-            if frames is None or key > last + 1:
-                frames, fresh = _seek(container, stream, info, key, frames, stats), True
+            if not started or key > last + 1:
+                dec.seek(key)
+                started, fresh = True, True
             while True:
-                frame = next(frames, None)
+                frame = dec.next()
                 if frame is None:
                     raise _Missing(
                         f"frame {target} (pts {info.pts_seconds[target]:.6f} s) "
@@ -333,14 +392,14 @@ def _forward_frames(
                     )
                 stats.frames_decoded += 1
                 pts = frame.pts if frame.pts is not None else frame.dts
-                i = index_of.get(pts) if pts is not None else None
+                i = dec.index_of.get(pts) if pts is not None else None
                 if i is None:  # untimed frame: decoders emit presentation order
                     i = key if fresh else last + 1
                 if fresh and i > target:  # the seek landed past the keyframe we asked for
                     if key == 0:
                         raise _Missing(f"seeking for frame {target} landed at frame {i}")
                     key = 0
-                    frames = _seek(container, stream, info, 0, frames, stats)
+                    dec.seek(0)
                     continue
                 fresh, last = False, i
                 if i == target:
@@ -352,21 +411,7 @@ def _forward_frames(
                         "did not come out of the decoder"
                     )
     finally:
-        _close(frames)
-
-
-def _seek(
-    container: Any,
-    stream: Any,
-    info: VideoInfo,
-    key: int,
-    frames: Iterator[Any] | None,
-    stats: DecodeStats,
-) -> Iterator[Any]:
-    _close(frames)
-    container.seek(int(info.pts[key]), stream=stream, backward=True, any_frame=False)
-    stats.seeks += 1
-    return iter(container.decode(stream))
+        dec.close()
 
 
 def _close(frames: Iterator[Any] | None) -> None:

@@ -333,8 +333,10 @@ def clips(
         storage_options=dict(storage_options) if storage_options else None,
         _secrets=secrets_of(storage_options),
     )
+    from .._compact import IndexedStrList, StrList
+
     return Pipeline(
-        list(enumerate(urls)),
+        IndexedStrList(StrList(urls)),
         reader=reader,
         shuffle_shards=shuffle_videos,
         seed=seed,

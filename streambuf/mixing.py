@@ -1,0 +1,320 @@
+"""``mix``: samples drawn from several pipelines at chosen proportions, resumable.
+
+``mix([a, b], weights=[0.7, 0.3])`` is a ``Pipeline`` whose source draws, for each
+sample, one of the source pipelines with probability proportional to its weight (among
+those not exhausted) and takes that pipeline's next sample. Stages after it (``shuffle``,
+``batch``, ...) see the blend.
+
+* **Each source keeps its own sharding**: every slot (rank x worker) runs its own share
+  of each source (its lanes, its stages, its part of the stage byte grant).
+* **Determinism**: draw ``d`` of a slot is a function of (seed, epoch, rank, worker, d)
+  (a counter-based generator), so the blend is a function of the layout and the data.
+* **Stop**: ``"all_exhausted"``: an exhausted source drops out, the others go on (every
+  sample of every source once per epoch); ``"first_exhausted"``: the epoch ends with the
+  first source that runs out; ``"never"``: an exhausted source starts again (a new pass,
+  counted in ``restarts``); the stream does not end.
+* **Positions**: a sample is ``(source, pass, *its position in the source)``.
+* **State**: the draw count, which sources are done, their restarts, and each source's
+  own snapshot; samples taken from a source but not delivered are pending and are made
+  again from their positions on resume (``Iteration.refetch``: fetched and put through
+  the source's stages). Exact resume only (the same layout).
+* **Errors** from a source keep their type, with a note naming the source.
+
+``mix_stats(pipe)`` gives the samples taken from each source and its restarts, summed
+over every worker that ran the pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._ledger import Ledger, Rec
+from ._units import check_choice, check_int
+from .errors import add_note
+from .sharding import hash_seed
+
+if TYPE_CHECKING:
+    from ._iteration import Iteration
+    from .pipeline import Pipeline, WorkerContext
+
+__all__ = ["MixStats", "mix", "mix_stats"]
+
+Stop = Literal["all_exhausted", "first_exhausted", "never"]
+_M64 = (1 << 64) - 1
+_SLOTS = 64
+
+
+def _uniform(seed: int, counter: int) -> float:
+    """A number in [0, 1): splitmix64 of (seed, counter)."""
+    z = (seed + (counter + 1) * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+@dataclass(frozen=True)
+class MixStats:
+    """Samples taken from each source (``taken[k]``) and its restarts (``stop="never"``)."""
+
+    taken: tuple[int, ...]
+    restarts: tuple[int, ...]
+
+    def shares(self) -> tuple[float, ...]:
+        total = sum(self.taken) or 1
+        return tuple(t / total for t in self.taken)
+
+
+class _Counters:
+    """Per worker slot and source, in shared memory (see ``ShardCounters``)."""
+
+    def __init__(self, sources: int) -> None:
+        self.sources = sources
+        self._raw: Any = multiprocessing.RawArray("q", _SLOTS * sources * 2)
+
+    def add(self, worker: int, k: int, taken: int = 0, restarts: int = 0) -> None:
+        base = ((worker % _SLOTS) * self.sources + k) * 2
+        self._raw[base] += taken
+        self._raw[base + 1] += restarts
+
+    def snapshot(self) -> MixStats:
+        n = self.sources
+        taken = [sum(self._raw[(s * n + k) * 2] for s in range(_SLOTS)) for k in range(n)]
+        rest = [sum(self._raw[(s * n + k) * 2 + 1] for s in range(_SLOTS)) for k in range(n)]
+        return MixStats(tuple(taken), tuple(rest))
+
+    def __getstate__(self) -> dict[str, Any]:
+        from multiprocessing import context
+
+        if context.get_spawning_popen() is not None:
+            return {"sources": self.sources, "raw": self._raw}
+        return {"sources": self.sources, "raw": list(self._raw)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.sources, self._raw = state["sources"], state["raw"]
+
+
+@dataclass(frozen=True)
+class MixSpec:
+    """What ``mix`` was given (picklable; held by the mixed pipeline)."""
+
+    pipelines: tuple[Pipeline, ...]
+    weights: tuple[float, ...]
+    seed: int
+    stop: Stop
+    counters: _Counters
+
+    def fingerprint(self) -> str:
+        from ._state import fingerprint
+
+        return f"mix[{self.stop};{','.join(fingerprint(p) for p in self.pipelines)}]"
+
+
+class MixRun:
+    """One slot's mixer: the source of a mixed pipeline's ``Iteration``."""
+
+    def __init__(
+        self,
+        spec: MixSpec,
+        ctx: WorkerContext,
+        *,
+        ledger: Ledger,
+        stage_bytes: int | None,
+        cursor: dict[str, Any] | None,
+        pending: list[list[Any]] | None,
+    ) -> None:
+        self.spec, self.ctx, self.ledger = spec, ctx, ledger
+        k = len(spec.pipelines)
+        self.share = None if stage_bytes is None else max(1, stage_bytes // k)
+        state = (cursor or {}).get("mix") or {}
+        self.counter = int(state.get("counter", 0))
+        self.done = list(state.get("done", [False] * k))
+        self.restarts = list(state.get("restarts", [0] * k))
+        subs = state.get("subs") or [None] * k
+        self.subs: list[Iteration] = [self._open(i, subs[i]) for i in range(k)]
+        self._iters = [sub.records(settle=False) for sub in self.subs]
+        self._pending = [_split_row(row) for row in pending or []]
+        self.partial = {pos: settled for pos, settled in self._pending if settled}
+        self._replayed_n = 0
+        self._seq = 0
+        self._taken_pass = list(state.get("taken_pass", [0] * k))
+        self.seed = hash_seed(spec.seed, ctx.epoch, ctx.rank, ctx.worker)
+
+    def _open(self, k: int, snapshot: dict[str, Any] | None) -> Iteration:
+        ctx = self.ctx
+        if self.restarts[k]:  # a new pass over source k: another shard order
+            ctx = replace(ctx, epoch=ctx.epoch * 1_000_003 + self.restarts[k])
+        return self.spec.pipelines[k]._iterate(ctx, stage_bytes=self.share, resume=snapshot)
+
+    def _pick(self) -> int | None:
+        live = [k for k, d in enumerate(self.done) if not d]
+        if not live or (self.spec.stop == "first_exhausted" and any(self.done)):
+            return None
+        total = sum(self.spec.weights[k] for k in live)
+        u = _uniform(self.seed, self.counter) * total
+        for k in live:
+            u -= self.spec.weights[k]
+            if u < 0:
+                return k
+        return live[-1]
+
+    def _take(self, k: int) -> Rec | None:
+        """The next sample of source ``k`` as a mixed ``Rec`` (None: it is exhausted)."""
+        try:
+            rec = next(self._iters[k], None)
+        except Exception as exc:
+            add_note(exc, f"streambuf: raised in mixed source {k} ({self.spec.pipelines[k]!r})")
+            raise
+        if rec is None:
+            return None
+        with self.ledger.lock:  # taken on here and let go there at once: never in neither
+            out = Rec(rec.value, (k, self.restarts[k], *rec.pos), self._seq)
+            self._seq += 1
+            self.ledger.issued(out.seq, out.pos, None)
+            self.subs[k].ledger.settle_all(rec)
+            self.counter += 1
+            self._taken_pass[k] += 1
+        self.spec.counters.add(self.ctx.worker, k, taken=1)
+        return out
+
+    def _replay(self) -> Iterator[Rec]:
+        """The samples taken but not delivered before the resume, made again from their
+        positions, handed out first in their original order."""
+        by_source: dict[int, list[tuple[int, ...]]] = {}
+        for pos, _ in self._pending:
+            by_source.setdefault(pos[0], []).append(pos[2:])
+        made: dict[tuple[int, ...], Any] = {}
+        for k, positions in by_source.items():
+            fetched = self.subs[k].refetch(positions)
+            for pos, _ in self._pending:
+                if pos[0] == k and pos[2:] in fetched:
+                    made[pos] = fetched[pos[2:]]
+        for pos, settled in self._pending:
+            if pos not in made:
+                raise LookupError(f"resume: mixed sample {pos} is gone (the data changed?)")
+            with self.ledger.lock:
+                rec = Rec(made[pos], pos, self._seq)
+                self._seq += 1
+                self.ledger.issued(rec.seq, pos, None, settled)
+                self._replayed_n += 1
+            yield rec
+
+    def __iter__(self) -> Iterator[Rec]:
+        yield from self._replay()
+        try:
+            while (k := self._pick()) is not None:
+                rec = self._take(k)
+                if rec is not None:
+                    yield rec
+                    continue
+                if self.spec.stop == "never" and self._taken_pass[k] > 0:
+                    self.restarts[k] += 1
+                    self._taken_pass[k] = 0
+                    self.spec.counters.add(self.ctx.worker, k, restarts=1)
+                    self.subs[k] = self._open(k, None)
+                    self._iters[k] = self.subs[k].records(settle=False)
+                else:  # exhausted (a source with nothing for this slot never restarts)
+                    self.done[k] = True
+        finally:
+            for it in self._iters:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+
+    # -- the SourceRun interface the Iteration snapshots ----------------------------------
+    def cursor(self) -> dict[str, Any]:
+        return {
+            "mix": {
+                "counter": self.counter,
+                "done": list(self.done),
+                "restarts": list(self.restarts),
+                "taken_pass": list(self._taken_pass),
+                "subs": [sub.snapshot() for sub in self.subs],
+            }
+        }
+
+    def unissued(self) -> list[list[Any]]:
+        return [
+            [*pos, None, *([settled] if settled else [])]
+            for pos, settled in self._pending[self._replayed_n :]
+        ]
+
+    def buffer_stats(self) -> Any:
+        return None
+
+
+def _split_row(row: Sequence[Any]) -> tuple[tuple[int, ...], list[int] | None]:
+    """A pending row ``[*pos, hint]`` or ``[*pos, hint, settled]`` -> (pos, settled)."""
+    settled = list(row[-1]) if isinstance(row[-1], list) else None
+    body = row[:-1] if settled is not None else row
+    return tuple(int(x) for x in body[:-1]), settled
+
+
+def mix(
+    pipelines: Sequence[Pipeline],
+    /,
+    *,
+    weights: Sequence[float],
+    seed: int = 0,
+    stop: Stop = "all_exhausted",
+) -> Pipeline:
+    """A ``Pipeline`` blending ``pipelines`` by ``weights`` (see the module docstring).
+
+    Example::
+
+        web = sb.shards("s3://bucket/web-{000000..000999}.tar").decode()
+        curated = sb.shards("s3://bucket/curated-{0000..0099}.tar").decode()
+        pipe = sb.mix([web, curated], weights=[0.8, 0.2], seed=1).shuffle(1000).batch(32)
+
+    Args:
+        pipelines: the sources: pipelines of samples (no ``.batch()``), each with its own
+            shards, lanes and stages.
+        weights: one positive number per source (normalised).
+        seed: seeds the draws (with epoch, rank and worker).
+        stop: ``"all_exhausted"`` (default), ``"first_exhausted"`` or ``"never"``.
+
+    Raises:
+        TypeError, ValueError: not pipelines, a batched source, bad weights or ``stop``.
+    """
+    from .pipeline import Pipeline
+    from .stages import Batch
+
+    pipelines = list(pipelines)
+    if not pipelines:
+        raise ValueError("mix() needs at least one pipeline")
+    for i, p in enumerate(pipelines):
+        if not isinstance(p, Pipeline):
+            raise TypeError(f"mix(): source {i} is a {type(p).__name__}, not a streambuf.Pipeline")
+        if any(isinstance(s, Batch) for s in p._stages):
+            raise ValueError(f"mix(): source {i} is batched; mix samples, then .batch() the mix")
+        if p._equalize is not None:
+            raise ValueError(
+                f"mix(): source {i} has equalize=; equalize the mixed pipeline's ranks by steps instead"
+            )
+    w = [float(x) for x in weights]
+    if len(w) != len(pipelines):
+        raise ValueError(f"mix(): {len(w)} weights for {len(pipelines)} pipelines")
+    if any(not math.isfinite(x) or x <= 0 for x in w):
+        raise ValueError(f"mix(): weights={list(weights)} must be positive, finite numbers")
+    check_choice(stop, name="stop", choices=("all_exhausted", "first_exhausted", "never"))
+    spec = MixSpec(
+        tuple(pipelines),
+        tuple(x / sum(w) for x in w),
+        check_int(seed, name="seed", minimum=-(1 << 63)),
+        stop,
+        _Counters(len(pipelines)),
+    )
+    pipe = Pipeline(list(range(len(pipelines))), seed=spec.seed)
+    pipe._mix = spec
+    return pipe
+
+
+def mix_stats(pipeline: Pipeline, /) -> MixStats:
+    """Samples taken from each source of a ``mix`` pipeline (all its workers), restarts."""
+    spec = getattr(pipeline, "_mix", None)
+    if spec is None:
+        raise TypeError("mix_stats() needs a pipeline built by streambuf.mix()")
+    return spec.counters.snapshot()
