@@ -315,8 +315,17 @@ def run_one(m: Mutant) -> tuple[str, float]:
         return "killed", time.monotonic() - t0
 
 
+def all_mutants() -> list[Mutant]:
+    """This file's list, then the shard cache's (``tests/sources/cache_mutants.py``)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.sources.cache_mutants import MUTANTS as CACHE
+
+    return [*MUTANTS, *CACHE]
+
+
 def main(argv: list[str]) -> int:
-    chosen = [m for m in MUTANTS if not argv or any(a in m.name for a in argv)]
+    chosen = [m for m in all_mutants() if not argv or any(a in m.name for a in argv)]
     results = []
     for m in chosen:
         verdict, took = run_one(m)

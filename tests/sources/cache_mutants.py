@@ -1,14 +1,10 @@
-"""The shard cache's planted bugs, for ``tests/mutants.py`` (to merge into its
-``MUTANTS``; until then: ``python tests/sources/cache_mutants.py [NAME...]``). Each one
-must make the cache test named beside it fail."""
+"""The shard cache's planted bugs: ``tests/mutants.py`` runs them after its own (``make
+mutants``; ``python tests/mutants.py cache`` for these alone, by name). Each one must make
+the cache test named beside it fail."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.mutants import Mutant, run_one
+from tests.mutants import Mutant
 
 T = "tests/sources/test_cache.py"
 C = "streambuf/sources/cache.py"
@@ -19,7 +15,7 @@ HALF = f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it"
 
 
 def _m(name: str, path: str, old: str, new: str, test: str) -> Mutant:
-    return Mutant(name, path, old, new, (test if "::" in test else f"{T}::{test}",))
+    return Mutant(f"cache: {name}", path, old, new, (test if "::" in test else f"{T}::{test}",))
 
 
 MUTANTS = [
@@ -148,18 +144,3 @@ MUTANTS = [
         "test_resume_reads_cursors_and_pending_samples_from_the_cache",
     ),
 ]
-
-
-def main(names: list[str]) -> int:
-    chosen = [m for m in MUTANTS if not names or any(n in m.name for n in names)]
-    killed = 0
-    for m in chosen:
-        verdict, took = run_one(m)
-        killed += verdict == "killed"
-        print(f"{verdict:>8}  {took:5.1f} s  {m.name}", flush=True)
-    print(f"{killed} of {len(chosen)} mutants killed")
-    return 0 if killed == len(chosen) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
