@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -327,12 +328,17 @@ def all_mutants() -> list[Mutant]:
 def main(argv: list[str]) -> int:
     chosen = [m for m in all_mutants() if not argv or any(a in m.name for a in argv)]
     results = []
-    for m in chosen:
-        verdict, took = run_one(m)
-        results.append(verdict)
-        print(f"{verdict:>8}  {took:5.1f} s  {m.name}", flush=True)
+    t0 = time.monotonic()
+    # Two at a time: most of a mutant's seconds are pytest starting and tests waiting
+    # (sleeps, timeouts), so two overlap well on 2 cores. MUTANT_JOBS=1 runs them one by one.
+    jobs = max(1, int(os.environ.get("MUTANT_JOBS", "2")))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for m, (verdict, took) in zip(chosen, pool.map(run_one, chosen)):
+            results.append(verdict)
+            print(f"{verdict:>8}  {took:5.1f} s  {m.name}", flush=True)
     killed = results.count("killed")
-    print(f"{killed} of {len(chosen)} mutants killed")
+    took = time.monotonic() - t0
+    print(f"{killed} of {len(chosen)} mutants killed ({took:.0f} s, {jobs} at a time)")
     return 0 if killed == len(chosen) else 1
 
 

@@ -166,14 +166,22 @@ def test_items_being_made_count_against_the_byte_bound(in_order):
     assert node.stats().peak_bytes <= 250
 
 
+def slow_head(item: tuple[int, int]) -> tuple[int, int]:
+    if item[0] == 0:
+        time.sleep(0.3)
+    return item
+
+
 def test_a_head_result_larger_than_its_reservation_is_handed_over():
     # the first result outgrows its reservation (a third of max_bytes) and is larger than
-    # max_bytes; later threads fill the window with results that must come after it: only
-    # the hand-off of the head keeps in-order delivery from deadlocking
+    # max_bytes; it is made last (slow), so later threads have filled the window with
+    # results that must come after it: only the hand-off of the head keeps in-order
+    # delivery from deadlocking. Slow head, instant others: the window is full whatever
+    # the machine's load (a random jitter let it pass now and then without the hand-off).
     sizes = [300] + [10] * 30
     node = sb.nodes.ParallelMapper(
         IterableWrapper(list(enumerate(sizes))),
-        Jitter(0.002),
+        slow_head,
         threads=3,
         max_items=3,
         max_bytes=100,
