@@ -212,6 +212,20 @@ MUTANTS = [
         ("tests/test_loader_errors.py",),
     ),
     Mutant(
+        "DDP: the Loader freezes rank and world size on the user's pipeline when built",
+        "streambuf/loader.py",
+        "        self._arena: Any = None",
+        "        self._arena: Any = None\n        self.pipeline._rank_world = current_rank_world()",
+        ("tests/test_distributed.py::test_loader_built_before_init_process_group_shards_per_rank",),
+    ),
+    Mutant(
+        "orphans: workers do not watch their parent",
+        "streambuf/_worker.py",
+        "            if os.getppid() != parent:  # re-parented: the main process is gone",
+        "            if False:",
+        ("tests/test_loader_faults.py::test_workers_exit_when_the_main_process_is_killed",),
+    ),
+    Mutant(
         "nodes: an in-order result larger than its reservation is put over the bound",
         "streambuf/nodes/_window.py",
         "if size > reserved and (self._waiters or not self._fits(size)):",

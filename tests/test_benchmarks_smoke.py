@@ -16,7 +16,7 @@ import torch
 from streambuf.bench import all as bench_all
 from streambuf.bench import buffer, bursty, gpu, latency, memory, mixed, nodes, stall
 from streambuf.bench._deps import importable, require
-from streambuf.bench._report import Headline, check_runs
+from streambuf.bench._report import Headline, check_runs, credit_bound
 from streambuf.cli import main
 from tests.bench_checks import assert_delivered, assert_headline, saved
 
@@ -144,6 +144,25 @@ def test_check_runs_names_lost_samples_and_overspent_credits():
         check_runs(rows)
 
 
+def test_credit_bound_allows_one_oversize_batch_per_worker_and_no_more():
+    # 64 MiB budget: 48 MiB of credits, 24 MiB per worker, 32 MiB batches (each one
+    # oversize, admitted alone): 2 x 32 MiB is the rule; one byte more is a bug
+    mib = 1 << 20
+    run = {
+        "budget_max_bytes": 48 * mib,
+        "per_worker_limit_bytes": [24 * mib, 24 * mib],
+        "batch_bytes": 32 * mib,
+        "oversize": 5,
+        "peak_in_flight_bytes": 64 * mib,
+    }
+    assert credit_bound(run) == 64 * mib
+    check_runs([{"name": "ok", "runs": [run]}])
+    with pytest.raises(RuntimeError, match="peak credits"):
+        check_runs([{"name": "over", "runs": [dict(run, peak_in_flight_bytes=64 * mib + 1)]}])
+    with pytest.raises(RuntimeError, match="peak credits"):  # no oversize: the limit itself
+        check_runs([{"name": "strict", "runs": [dict(run, oversize=0)]}])
+
+
 def test_optional_peers_are_named_with_the_extra():
     with pytest.raises(ImportError, match=r"streambuf\[bench\]"):
         require("streambuf_no_such_peer", purpose="a test")
@@ -201,3 +220,12 @@ def test_strlist_is_a_compact_read_only_sequence():
     assert pickle.loads(pickle.dumps(s)) == items
     with pytest.raises(IndexError):
         s[4]
+
+
+def test_handoff_profile_runs_tiny(capsys):
+    from streambuf.bench import _handoff_profile
+
+    out = _handoff_profile.main(["--batches", "2"])
+    assert set(out) >= {"plain fetch + default_collate", "streambuf map(threads=8)"}
+    assert all(a > 0 and b > 0 for a, b in out.values())
+    assert "cProfile" in capsys.readouterr().out

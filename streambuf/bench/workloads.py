@@ -206,6 +206,7 @@ def loader_stats(loader: Any) -> dict[str, Any]:
             peak_batch_bytes_held=b.peak_batch_bytes_held,
             budget_max_bytes=b.max_bytes,
             budget_max_batches=b.max_batches,
+            per_worker_limit_bytes=list(b.per_worker_limit_bytes),
             oversize=b.oversize,
         )
     out["tuner_decisions"] = [d.as_dict() for d in st.decisions]
@@ -250,6 +251,7 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
         "first_batch_s": times[0] - t_build if times else float("nan"),
         "total_s": end - t_build,
         "sample_bytes": maker.nbytes,
+        "batch_bytes": maker.nbytes * cfg["batch_size"],
         **built.info,
         **extra,
     }

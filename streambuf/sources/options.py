@@ -99,21 +99,9 @@ class ShardOptions:
             "max_shard_bytes",
             parse_optional_bytes(self.max_shard_bytes, name="max_shard_bytes"),
         )
-        put(self, "cache_dir", _check_cache_dir(self.cache_dir))
-        if self.cache_dir is None:
-            if self.cache_limit is not None:
-                raise ValueError(
-                    f"cache_limit={self.cache_limit!r} needs cache_dir= (the node-local "
-                    "folder to cache shards in)"
-                )
-        elif self.cache_limit is None:
-            raise ValueError(
-                f"cache_dir={self.cache_dir!r} needs cache_limit=, the most bytes the cache may "
-                "hold (e.g. cache_limit='200GiB': what this node's disk can spare; "
-                "see docs/cache.md)"
-            )
-        else:
-            put(self, "cache_limit", parse_bytes(self.cache_limit, name="cache_limit"))
+        cache_dir, cache_limit = check_cache_options(self.cache_dir, self.cache_limit)
+        put(self, "cache_dir", cache_dir)
+        put(self, "cache_limit", cache_limit)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -150,6 +138,25 @@ class ShardOptions:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_cache_options(cache_dir: Any, cache_limit: Any) -> tuple[str | None, int | None]:
+    """``(cache_dir, cache_limit)`` checked together, for every reader that caches (shards,
+    videos): both or neither; the folder usable, the limit a byte size."""
+    folder = _check_cache_dir(cache_dir)
+    if folder is None:
+        if cache_limit is not None:
+            raise ValueError(
+                f"cache_limit={cache_limit!r} needs cache_dir= (the node-local folder to "
+                "cache remote objects in)"
+            )
+        return None, None
+    if cache_limit is None:
+        raise ValueError(
+            f"cache_dir={cache_dir!r} needs cache_limit=, the most bytes the cache may hold "
+            "(e.g. cache_limit='200GiB': what this node's disk can spare; see docs/cache.md)"
+        )
+    return folder, parse_bytes(cache_limit, name="cache_limit")
 
 
 def _check_cache_dir(value: Any) -> str | None:

@@ -3,7 +3,8 @@
 Data flow inside one DataLoader worker (or the main process without workers)::
 
     its share of the videos ──► ``threads`` lane threads, lane t decodes videos t, t+K, ...
-        (open: local path, or fsspec file object; decode_clips: probe, sample, decode)
+        (open: local path, the node cache's copy, or an fsspec file object;
+         decode_clips: probe, sample, decode)
     ──► ShardedBuffer(lanes=K, round_robin, max_bytes=stage budget) ──► later stages
 
 * **Sharding.** Each video is a shard of the ``Pipeline``: the video order is permuted per
@@ -69,8 +70,16 @@ def _is_remote(url: str) -> bool:
     return bool(sep) and head.lower() != "file" and "/" not in head
 
 
-def open_source(url: str, storage_options: Mapping[str, Any] | None) -> str | IO[bytes]:
-    """A local path as is; any other URL as a seekable fsspec file object (caller closes).
+def open_source(
+    url: str,
+    storage_options: Mapping[str, Any] | None,
+    *,
+    cache_dir: str | None = None,
+    cache_limit: int | None = None,
+) -> str | IO[bytes]:
+    """A local path as is; any other URL as a seekable file object (caller closes): the
+    node-local cache's copy when ``cache_dir`` is set and the video fits (downloaded into
+    it first on a miss; ``streambuf.sources.cached_file``), else an fsspec file object.
 
     Raises:
         ImportError: fsspec is missing (``pip install streambuf[remote]``).
@@ -84,6 +93,14 @@ def open_source(url: str, storage_options: Mapping[str, Any] | None) -> str | IO
             f"reading videos from {url.partition('://')[0]}:// URLs needs fsspec: "
             "pip install streambuf[remote]"
         ) from exc
+    if cache_dir is not None and cache_limit is not None:
+        from ..sources.cache import cached_file
+
+        local = cached_file(
+            url, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
+        )
+        if local is not None:
+            return local
     f: IO[bytes] = fsspec.open(url, "rb", **dict(storage_options or {})).open()
     return f
 
@@ -105,6 +122,8 @@ class VideoReader:
     on_error: OnError = "raise"
     max_failures: int | None = None
     storage_options: Mapping[str, Any] | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
 
@@ -170,7 +189,12 @@ class VideoAccess:
         name = redact(url, secrets=self.r._secrets)
         stats = DecodeStats()
         try:
-            src = open_source(url, self.r.storage_options)
+            src = open_source(
+                url,
+                self.r.storage_options,
+                cache_dir=self.r.cache_dir,
+                cache_limit=self.r.cache_limit,
+            )
         except ImportError:
             raise
         except Exception as exc:
@@ -256,6 +280,8 @@ def clips(
     on_error: OnError = "raise",
     max_failures: int | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
     equalize: Equalize | None = None,
     clips_per_video: int | None = None,
     rank: int | None = None,
@@ -284,6 +310,11 @@ def clips(
         on_error, max_failures: "raise" (default) or "skip" bad videos, at most this many
             per worker.
         storage_options: passed to ``fsspec.open`` (and to fsspec when globbing).
+        cache_dir, cache_limit: a node-local folder caching remote videos, bounded by
+            ``cache_limit`` bytes at every moment and shared by every worker and rank of
+            the node (the shard cache: docs/cache.md). A remote video is downloaded
+            whole into it before decoding (PyAV seeks), read from it in later epochs; one
+            that does not fit is read remotely as without a cache. Local files never.
         equalize: None, "drop" or "pad": the same number of batches on every rank (DDP);
             needs ``.batch()`` and a known clip count per video.
         clips_per_video: clips each video yields (for ``equalize``); inferred from
@@ -310,6 +341,9 @@ def clips(
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
+    from ..sources.options import check_cache_options
+
+    folder, limit = check_cache_options(cache_dir, cache_limit)
     if clips_per_video is not None:
         parse_count(clips_per_video, name="clips_per_video")
     elif equalize is not None:
@@ -331,6 +365,8 @@ def clips(
         on_error=on_error,
         max_failures=max_failures,
         storage_options=dict(storage_options) if storage_options else None,
+        cache_dir=folder,
+        cache_limit=limit,
         _secrets=secrets_of(storage_options),
     )
     from .._compact import IndexedStrList, StrList

@@ -143,4 +143,11 @@ MUTANTS = [
         "            return remote(offset, length)",
         "test_resume_reads_cursors_and_pending_samples_from_the_cache",
     ),
+    _m(
+        "remote videos not cached",
+        "streambuf/video/source.py",
+        "    if cache_dir is not None and cache_limit is not None:",
+        "    if False:",
+        "tests/video/test_clips_pipeline.py::test_remote_videos_are_cached_on_the_node",
+    ),
 ]

@@ -217,3 +217,58 @@ def test_is_a_pipeline_of_uint8_clips(paths) -> None:
     batch = next(iter(pipe))
     assert isinstance(batch, Clip) and batch.data.shape == (4, 3, 4, 24, 32)
     assert batch.data.dtype == torch.uint8 and np.all(batch.clip_index.numpy() < 3)
+
+
+def test_remote_videos_are_cached_on_the_node(paths, tmp_path) -> None:
+    # HTTP on loopback, 2 workers sharing one cache folder: epoch 1 downloads each video
+    # once (whole, into the cache), epoch 2 makes no request; frames equal the local decode
+    from streambuf import Loader
+    from tests.sources.httpserver import FaultyServer
+
+    folder = Path(paths[0]).parent
+    names = sorted(Path(p).name for p in paths)
+    sampler = every_frame_windows(4, stride=5)
+    with FaultyServer(folder) as srv:
+        urls = [srv.url(n) for n in names]
+        pipe = clips(
+            urls,
+            sampler=sampler,
+            width=16,
+            height=16,
+            shuffle_videos=False,
+            cache_dir=tmp_path / "cache",
+            cache_limit="64MiB",
+        ).batch(2)
+        loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="16MiB", timeout_s=30)
+        want = {
+            (srv.url(Path(p).name), int(c.clip_index)): c.data
+            for p in paths
+            for c in decode_clips(p, sampler=sampler, width=16, height=16)
+        }
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            before = len(srv.records())
+            got = {}
+            for b in loader:
+                for s, ci, data in zip(b.source, b.clip_index.tolist(), b.data):
+                    assert (s, ci) not in got
+                    got[(s, ci)] = data
+            assert got.keys() == want.keys()
+            assert all(torch.equal(got[k], want[k]) for k in want)
+            made = {r.path for r in srv.records()[before:]}
+            if epoch == 0:  # one download per video, nothing read twice
+                assert sorted(r.path for r in srv.records()) == sorted(f"/{n}" for n in names)
+            else:
+                assert made == set(), f"epoch 2 requested {made}"
+        loader.close()
+    entries = list((tmp_path / "cache").rglob("*.mp4")) + list((tmp_path / "cache").rglob("*.webm"))
+    assert entries, "nothing was cached"
+
+
+def test_cache_options_are_checked_for_videos(paths, tmp_path) -> None:
+    with pytest.raises(ValueError, match="needs cache_limit"):
+        clips(paths, sampler=SAMPLER, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="needs cache_dir"):
+        clips(paths, sampler=SAMPLER, cache_limit="1GiB")
+    with pytest.raises(ValueError, match="not a URL"):
+        clips(paths, sampler=SAMPLER, cache_dir="s3://bucket/x", cache_limit="1GiB")
