@@ -229,3 +229,11 @@ def test_handoff_profile_runs_tiny(capsys):
     assert set(out) >= {"plain fetch + default_collate", "streambuf map(threads=8)"}
     assert all(a > 0 and b > 0 for a, b in out.values())
     assert "cProfile" in capsys.readouterr().out
+
+
+def test_tar_profile_runs_tiny(capsys):
+    from streambuf.bench import _tar_profile
+
+    out = _tar_profile.main(["--shards", "2", "--per-shard", "3"])
+    assert out["streambuf shards(lanes=1)"] > 0
+    assert "cProfile" in capsys.readouterr().out
