@@ -371,9 +371,9 @@ def main(argv: list[str]) -> int:
     chosen = [m for m in all_mutants() if not argv or any(a in m.name for a in argv)]
     results = []
     t0 = time.monotonic()
-    # Two at a time: most of a mutant's seconds are pytest starting and tests waiting
-    # (sleeps, timeouts), so two overlap well on 2 cores. MUTANT_JOBS=1 runs them one by one.
-    jobs = max(1, int(os.environ.get("MUTANT_JOBS", "2")))
+    # Three at a time: most of a mutant's seconds are pytest starting and tests waiting
+    # (sleeps, timeouts), so three overlap well on 2 cores. MUTANT_JOBS=1 runs them one by one.
+    jobs = max(1, int(os.environ.get("MUTANT_JOBS", "3")))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for m, (verdict, took) in zip(chosen, pool.map(run_one, chosen)):
             results.append(verdict)
