@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             run1()
         finally:
             profiles[0].disable()
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
     print("\ncProfile, streambuf shards(lanes=1), every thread, by own time:")
     stats: Any = pstats.Stats(*profiles)
     stats.sort_stats("tottime").print_stats(12)
