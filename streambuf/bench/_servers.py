@@ -137,6 +137,20 @@ def loopback_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @contextmanager
+def loopback_only() -> Iterator[None]:
+    """``os.environ`` without proxies for loopback while inside (restored on exit), so the
+    readers measured, and their DataLoader workers, never go through a proxy."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(loopback_env(saved))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextmanager
 def serve(kind: str, *args: Any, timeout_s: float = 60) -> Iterator[str]:
     """Start server ``kind`` ("http" with root, latency_s, bandwidth_bps; or "moto") in a
     child process; yield its base URL; stop it on exit."""

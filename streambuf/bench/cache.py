@@ -26,7 +26,6 @@ repeats; the JSON holds every run.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from torch.utils.data import DataLoader
 from ._deps import require
 from ._harness import environment, interleaved, median, mode_of
 from ._report import Headline, best_peer, check_runs, print_table, write_json
-from ._servers import loopback_env, serve
+from ._servers import loopback_only, serve
 from ._shards import make_shards, to_tensor, wds_sample
 from .network import _measure, settings
 from .workloads import loader_stats
@@ -155,15 +154,9 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
     mode = mode_of(quick=quick, tiny=tiny)
     s = settings(mode)
     require("webdataset", purpose="the cache benchmark's webdataset peer")
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(loopback_env(saved))  # loopback only: never through a proxy
-    try:
+    with loopback_only():  # never through a proxy
         with tempfile.TemporaryDirectory(prefix="streambuf-cache-") as tmp:
             rows = _rows(s, Path(tmp))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     check_runs(rows)
     for r in rows:
         for k, run_ in enumerate(r["runs"]):

@@ -27,7 +27,6 @@ it. Medians of interleaved repeats; the JSON holds every run.
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 import time
@@ -42,7 +41,7 @@ from torch.utils.data import DataLoader
 from ._deps import importable, require
 from ._harness import environment, interleaved, mode_of, summarise
 from ._report import Headline, best_peer, check_runs, print_table, write_json
-from ._servers import loopback_env, serve
+from ._servers import loopback_only, serve
 from ._shards import RangeDataset, WdsS3Handler, make_shards, to_tensor, upload, wds_sample
 from .workloads import loader_stats
 
@@ -254,15 +253,9 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
     mode = mode_of(quick=quick, tiny=tiny)
     s = settings(mode)
     require("webdataset", purpose="the network benchmark's webdataset peer")
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(loopback_env(saved))  # loopback only: never through a proxy
-    try:
+    with loopback_only():  # never through a proxy
         with tempfile.TemporaryDirectory(prefix="streambuf-net-") as tmp:
             rows, notes = _all_rows(s, Path(tmp))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     check_runs(rows)
     for r in rows:
         for k, run_ in enumerate(r["runs"]):

@@ -83,7 +83,7 @@ from ._cache_io import (
     verified,
 )
 from ._manifest import Manifest, Unavailable, make_room, used_bytes
-from .opener import ShardReader
+from .opener import ShardReader, open_range
 from .urls import redact
 
 __all__ = ["CacheStats", "ShardCache", "cached_file", "is_cacheable"]
@@ -282,14 +282,7 @@ class ShardCache:
             size=size,
             on_bytes=lambda n: self.counters.add(bytes_saved=n),
         )
-        raw.offset = raw.start = offset
-        raw.end = None if length is None else offset + length
-        try:
-            raw.open()
-        except BaseException:
-            raw.close()
-            raise
-        return ShardReader(raw, buffer_size=block_bytes)
+        return open_range(raw, offset, length, block_bytes)
 
     def _open_entry_file(self, key: str, url: str) -> IO[bytes] | None:
         found = self._locked_entry(key, url)

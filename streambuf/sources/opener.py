@@ -230,6 +230,13 @@ def open_stream(
         isinstance(length, bool) or not isinstance(length, int) or length < 1
     ):
         raise ValueError(f"length={length!r} must be an int >= 1 or None")
+    return open_range(raw, offset, length, block)
+
+
+def open_range(raw: Any, offset: int, length: int | None, block: int) -> ShardReader:
+    """``raw`` (a resumable raw stream, not yet open) positioned at ``offset`` for
+    ``length`` bytes (None: to the end), opened (closed again if opening fails) and
+    buffered in a ``ShardReader``; the one place a ranged read starts."""
     raw.offset = raw.start = offset
     raw.end = None if length is None else offset + length
     try:
