@@ -405,6 +405,15 @@ class Engine(Generic[T]):
             if waiting_on is not None:
                 self._lanes[waiting_on].get_wait_s += waited
 
+    def _restart_at(self, index: int) -> None:
+        """Round robin: deliver from lane ``index`` next (the buffer must be empty: a
+        producer skipped items that were delivered another way, ``Prefetcher``)."""
+        with self._lock:
+            if self._items:
+                raise RuntimeError("_restart_at() on a buffer that holds items")
+            if index in self._rotation:
+                self._cursor = self._rotation.index(index)
+
     # -- lifecycle ------------------------------------------------------------------
     def _forget_reservations(self) -> None:
         """After close: producers' reservations are void (their puts will fail)."""

@@ -21,17 +21,17 @@ State: ``state_dict()``/``load_state_dict()`` checkpoint an in-process iteration
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from torch.utils.data import IterableDataset
 
 from . import _state
-from ._failures import OnError
 from ._iteration import Iteration
 from ._shared import SharedInt
 from ._units import check_bool, check_choice, check_int
+from ._verbs import SampleVerbs
 from .buffer import Order
 from .sharding import (
     Equalize,
@@ -97,7 +97,7 @@ class SourceReader(Protocol):
     ) -> ReaderRun: ...
 
 
-class Pipeline(IterableDataset[Any]):
+class Pipeline(SampleVerbs, IterableDataset[Any]):
     """A streaming dataset: source -> shard split -> stages.
 
     Args:
@@ -195,39 +195,25 @@ class Pipeline(IterableDataset[Any]):
         ordered: bool = True,
         max_items: int | None = None,
         max_bytes: int | str | None = None,
+        adaptive: bool = True,
     ) -> Pipeline:
         """Apply ``fn`` to each item, on ``threads`` threads inside each worker.
 
-        If ``fn`` has a ``set_epoch(epoch)`` method it is called at the start of each
-        epoch in every worker, so per-epoch randomness needs no extra call."""
+        ``adaptive`` (default): while running ``fn`` inline in the worker's own thread
+        measures faster than the threads (a cheap function holding the GIL), it runs
+        inline; re-checked as the run goes (``streambuf.prefetch``). If ``fn`` has a
+        ``set_epoch(epoch)`` method it is called at the start of each epoch in every
+        worker, so per-epoch randomness needs no extra call."""
         return self._with(
-            Map(fn, threads=threads, ordered=ordered, max_items=max_items, max_bytes=max_bytes)  # type: ignore[arg-type]
+            Map(
+                fn,
+                threads=threads,
+                ordered=ordered,
+                max_items=max_items,
+                max_bytes=max_bytes,  # type: ignore[arg-type]
+                adaptive=adaptive,
+            )
         )
-
-    def decode(
-        self,
-        decoders: Mapping[str, Callable[[bytes], Any]] | None = None,
-        /,
-        *,
-        threads: int = 1,
-        on_error: OnError = "raise",
-        max_failures: int | None = None,
-        max_decoded_bytes: int | str | None = 256 << 20,
-    ) -> Pipeline:
-        """Decode WebDataset sample fields by extension (``streambuf.sources.Decoder``):
-        raw bytes unless a decoder matches; built-ins for npy, json, txt/cls, pth, images.
-        ``on_error="skip"`` drops a sample that fails (counted, logged, at most
-        ``max_failures`` per worker); ``max_decoded_bytes`` bounds one decoded image."""
-        from .sources.decoders import Decoder, not_skipped
-
-        fn = Decoder(
-            decoders,
-            on_error=on_error,
-            max_failures=max_failures,
-            max_decoded_bytes=max_decoded_bytes,
-        )
-        pipe = self.map(fn, threads=threads)
-        return pipe.filter(not_skipped) if on_error == "skip" else pipe
 
     def flatten(self) -> Pipeline:
         """Yield the elements of each item (an item that is a list of samples, e.g. the

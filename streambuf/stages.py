@@ -136,12 +136,14 @@ class Map(Stage):
     ordered: bool = True
     max_items: int | None = None
     max_bytes: int | None = None
+    adaptive: bool = True
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise TypeError(f"map(fn): fn={self.fn!r} is not callable")
         parse_count(self.threads, name="threads")
         check_bool(self.ordered, name="ordered")
+        check_bool(self.adaptive, name="adaptive")
         if self.max_items is not None:
             parse_count(self.max_items, name="max_items")
         object.__setattr__(
@@ -175,6 +177,7 @@ class Map(Stage):
                 ordered=self.ordered,
                 sizeof=lambda rec: nbytes(rec.value),
                 name=self.name,
+                adaptive=self.adaptive,
             )
         )
 

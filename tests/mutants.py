@@ -37,6 +37,20 @@ class Mutant:
 
 MUTANTS = [
     Mutant(
+        "adaptive map: inline starts one item before the threads' items are all delivered",
+        "streambuf/prefetch.py",
+        "return self._delivered == self._next_index",
+        "return self._delivered >= self._next_index - 1",
+        ("tests/test_prefetch_adaptive.py",),
+    ),
+    Mutant(
+        "adaptive map: back on the threads, round robin restarts at lane 0",
+        "streambuf/prefetch.py",
+        "self._runner._buf._restart_at(self._next_index % self._threads_n)",
+        "self._runner._buf._restart_at(0)",
+        ("tests/test_prefetch_adaptive.py",),
+    ),
+    Mutant(
         "budget admits 25% more bytes (sharded and pooled)",
         "streambuf/budget.py",
         "and self._w[o + _USED_B] + nbytes <= self._w[o + _LIM_B]",
@@ -359,12 +373,14 @@ def run_one(m: Mutant) -> tuple[str, float]:
 
 
 def all_mutants() -> list[Mutant]:
-    """This file's list, then the shard cache's (``tests/sources/cache_mutants.py``)."""
+    """This file's list, then the shard cache's (``tests/sources/cache_mutants.py``) and
+    the webdataset compatibility's (``tests/sources/wds_mutants.py``)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from tests.sources.cache_mutants import MUTANTS as CACHE
+    from tests.sources.wds_mutants import MUTANTS as WDS
 
-    return [*MUTANTS, *CACHE]
+    return [*MUTANTS, *CACHE, *WDS]
 
 
 def main(argv: list[str]) -> int:

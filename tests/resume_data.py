@@ -82,3 +82,18 @@ def mixed_loader(*, workers=2, stop="all_exhausted", shuffle=5, weights=(0.7, 0.
         max_bytes="2MiB",
         timeout_s=60,
     )
+
+
+def _double(x):
+    return x * 2
+
+
+def cheap_pipe(*, n_items=4000, threads=4):
+    """A cheap map on threads over enough items that ``adaptive`` goes inline mid-epoch
+    (and its re-check brings the threads back): resume must not see the difference."""
+    return (
+        Pipeline(list(range(n_items)), shuffle_shards=True, seed=3)
+        .map(_double, threads=threads)
+        .shuffle(7)
+        .batch(50)
+    )

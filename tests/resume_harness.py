@@ -87,19 +87,22 @@ def resume_and_finish(
     return rest, after
 
 
-def _child(factory, kwargs, state, next_epoch, out) -> None:  # pragma: no cover - subprocess
+def _child(factory, kwargs, state, next_epoch, ids, out) -> None:  # pragma: no cover
     try:
-        out.put(("ok", resume_and_finish(factory, kwargs, state, next_epoch=next_epoch)))
+        out.put(("ok", resume_and_finish(factory, kwargs, state, next_epoch=next_epoch, ids=ids)))
     except BaseException as exc:
         out.put(("error", repr(exc)))
         raise
 
 
-def resume_in_fresh_process(factory, kwargs, state, *, next_epoch=None, timeout_s=180.0):
-    """``resume_and_finish`` in a newly spawned Python process (a real restart)."""
+def resume_in_fresh_process(
+    factory, kwargs, state, *, next_epoch=None, ids=ids_of, timeout_s=180.0
+):
+    """``resume_and_finish`` in a newly spawned Python process (a real restart); ``ids``
+    must be a module-level function."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(factory, kwargs, state, next_epoch, out))
+    proc = ctx.Process(target=_child, args=(factory, kwargs, state, next_epoch, ids, out))
     proc.start()
     try:
         status, value = out.get(timeout=timeout_s)
@@ -130,7 +133,7 @@ def check_save_load(
         first, state = save_after(factory, kwargs, k, ids=ids)
         complete = stop in ("end", "last")
         resume = resume_in_fresh_process if fresh_process else resume_and_finish
-        rest, after = resume(factory, kwargs, state, next_epoch=2 if complete else 1)
+        rest, after = resume(factory, kwargs, state, next_epoch=2 if complete else 1, ids=ids)
         if complete:
             assert first == ref[0], "an uninterrupted epoch changed"
             assert state["complete"] is True

@@ -62,3 +62,18 @@ def test_torchdata_nodes_example_checkpoints_and_resumes():
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("resumed after 11 of 32 batches"), out.stdout
     assert "512 samples, each once, in order" in out.stdout
+
+
+@pytest.mark.timeout(120)
+def test_webdataset_migration_example_agrees_with_webdataset():
+    pytest.importorskip("webdataset")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "webdataset_migration.py")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "agree: 8 batches, 30 images" in out.stdout, out.stdout

@@ -19,7 +19,8 @@ Loaders, same samples, same batch size, same collate:
   credit (a quarter more for the stage buffers).
 
 Zero-latency rows of each (the transport ceiling: what each loader moves when the
-samples cost nothing) sit beside them, and the DataLoader's theoretical ceiling
+samples cost nothing) sit beside them, with streambuf also at ``adaptive=False`` (its
+threads always used, the ablation of running cheap work inline), and the DataLoader's theoretical ceiling
 ``workers / (latency x batch)``. Every run is a fresh child process; memory growth per
 DESIGN.md (the run's peak AnonPages + Shmem minus the same run with 1-element samples),
 measured in full runs. Repeats interleaved, medians quoted.
@@ -115,6 +116,15 @@ def configs(mode: str) -> list[dict[str, Any]]:
             )
             out.append(dict(tdn, latency_s=0.0, name=f"{wl} 0 ms: torchdata.nodes {total} threads"))
             out.append(dict(sb, latency_s=0.0, name=f"{wl} 0 ms: streambuf"))
+            if mode != "tiny":  # the ablation: the same without running cheap work inline
+                out.append(
+                    dict(
+                        sb,
+                        latency_s=0.0,
+                        adaptive=False,
+                        name=f"{wl} 0 ms: streambuf adaptive=False",
+                    )
+                )
     return out
 
 

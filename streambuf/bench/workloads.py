@@ -175,7 +175,12 @@ def _streambuf(cfg: dict[str, Any], n: int, maker: SampleMaker) -> _Built:
 
     pipe = (
         sb.Pipeline(range(n))
-        .map(maker, threads=cfg["threads"], ordered=cfg.get("ordered", True))
+        .map(
+            maker,
+            threads=cfg["threads"],
+            ordered=cfg.get("ordered", True),
+            adaptive=cfg.get("adaptive", True),
+        )
         .batch(cfg["batch_size"])
     )
     loader = sb.Loader(

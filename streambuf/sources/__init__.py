@@ -1,7 +1,8 @@
 """Network shard sources: URL lists, resumable streams, tar samples, decoders, lanes.
 
 ``expand_urls`` -> ``stream_shards`` (lanes of ``open_stream`` + ``iter_tar_records``)
--> ``Decoder``; ``shards`` wraps them in a ``streambuf.Pipeline`` (``TarReader`` per
+-> ``Decoder`` (``formats``, ``images``) and the webdataset verbs (``fields``:
+``ToTuple``, ``Rename``, ``MapDict``); ``shards`` wraps them in a ``streambuf.Pipeline`` (``TarReader`` per
 worker, ``shard_stats`` for the counters); ``ShardOptions`` holds every reading option;
 ``ShardCache`` is the node-local cache of remote shards (``cache_dir``/``cache_limit``).
 Remote protocols need ``pip install streambuf[remote]``.
@@ -18,6 +19,8 @@ from .decoders import (
     not_skipped,
     register_decoder,
 )
+from .fields import MapDict, Rename, ToTuple
+from .images import IMAGE_SPECS, ImageDecoder
 from .lanes import ShardStream, SourceStats, stream_shards
 from .opener import IOCounters, IOStats, ShardReader, open_stream
 from .options import ShardOptions
@@ -27,11 +30,15 @@ from .urls import expand_urls, redact, secrets_of
 
 __all__ = [
     "DEFAULT_DECODERS",
+    "IMAGE_SPECS",
     "SKIPPED",
     "CacheStats",
     "Decoder",
     "IOCounters",
     "IOStats",
+    "ImageDecoder",
+    "MapDict",
+    "Rename",
     "ShardCache",
     "ShardCounters",
     "ShardOptions",
@@ -40,6 +47,7 @@ __all__ = [
     "ShardTotals",
     "SourceStats",
     "TarReader",
+    "ToTuple",
     "cached_file",
     "decode_sample",
     "expand_urls",

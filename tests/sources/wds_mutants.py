@@ -1,0 +1,79 @@
+"""The webdataset-compatibility planted bugs (decoders, formats, verbs): ``tests/mutants.py``
+runs them with the others (``python tests/mutants.py wds`` for these alone). Each one must
+make the test files named beside it fail. No mutant lifts a size bound outright: a gzip
+bomb inflating to 10 GiB would take the machine with it, not fail a test."""
+
+from __future__ import annotations
+
+from tests.mutants import Mutant
+
+COMPAT = "tests/sources/test_wds_compat.py"
+FORMATS = "tests/sources/test_formats.py"
+FIELDS = "tests/sources/test_fields.py"
+D = "streambuf/sources/decoders.py"
+F = "streambuf/sources/formats.py"
+
+
+def _m(name: str, path: str, old: str, new: str, *tests: str) -> Mutant:
+    return Mutant(f"wds: {name}", path, old, new, tests)
+
+
+MUTANTS = [
+    _m(
+        "gz fields counted at their compressed size against max_sample_bytes",
+        D,
+        "room -= used",
+        "room -= len(value)",
+        FORMATS,
+    ),
+    _m(
+        "gunzip stops after the first gzip member",
+        F,
+        "        if not tail:\n            return",
+        "        if True:\n            return",
+        FORMATS,
+    ),
+    _m(
+        "npz arrays not counted before they are read",
+        F,
+        "total += math.prod(int(d) for d in shape) * dtype.itemsize",
+        "total += 0",
+        FORMATS,
+    ),
+    _m(
+        "tenbin words read big-endian",
+        F,
+        'words = struct.unpack(f"<{len(header) // 8}q", header)',
+        'words = struct.unpack(f">{len(header) // 8}q", header)',
+        FORMATS,
+        COMPAT,
+    ),
+    _m(
+        "float image specs not scaled to [0, 1]",
+        "streambuf/sources/images.py",
+        "arr = arr.astype(np.float32) / 255.0",
+        "arr = arr.astype(np.float32)",
+        COMPAT,
+    ),
+    _m(
+        "to_tuple takes the last alternative present",
+        "streambuf/sources/fields.py",
+        "    for name in names:\n        if name in sample:",
+        "    for name in reversed(names):\n        if name in sample:",
+        FIELDS,
+    ),
+    _m(
+        "rename keeps the old fields",
+        "streambuf/sources/fields.py",
+        "out = {k: v for k, v in sample.items() if k not in dropped}",
+        "out = dict(sample)",
+        FIELDS,
+    ),
+    _m(
+        "map_dict changes the caller's sample",
+        "streambuf/sources/fields.py",
+        "out = dict(sample)\n        for name, fn in self.fns.items():",
+        "out = sample  # type: ignore[assignment]\n        for name, fn in self.fns.items():",
+        FIELDS,
+    ),
+]
