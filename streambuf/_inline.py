@@ -9,11 +9,13 @@ function is cannot be told from the outside (a sleep and a GIL wait look alike),
 ``InlineChooser`` measures both modes as the consumer sees them (items delivered per
 second, downstream work included) and keeps the faster:
 
-1. threaded: skip ``window`` items (warm-up), then measure ``window`` items -> ``r_thr``;
-2. probe inline (after the producers' items in flight are drained): at most ``window``
-   items, given up as soon as it is behind the threaded pace by two items (a 10 ms sleep
-   costs one item: the probe of a waiting function is nearly free); inline is kept if
-   its rate beats ``r_thr`` by ``margin``;
+1. threaded: skip ``window`` items (warm-up), then measure ``window`` items and at
+   least ``min_window_s`` seconds -> ``r_thr`` (the time floor keeps one hiccup of a
+   loaded machine from deciding);
+2. probe inline (after the producers' items in flight are drained): as long, given up
+   as soon as it is behind the threaded pace by two items (a 10 ms sleep costs one
+   item: the probe of a waiting function is nearly free); inline is kept if its rate
+   beats ``r_thr`` by ``margin``;
 3. the kept mode is re-checked after ``interval`` seconds (the other mode measured
    again the same way); the interval doubles each time a check confirms the mode (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the mode changes.
@@ -41,12 +43,14 @@ class InlineChooser:
         window: int,
         *,
         margin: float = 1.05,
+        min_window_s: float = 0.05,
         min_interval_s: float = 1.0,
         max_interval_s: float = 30.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.window = max(4, int(window))
         self.margin = margin
+        self.min_window_s = min_window_s
         self.min_interval_s = min_interval_s
         self.max_interval_s = max_interval_s
         self._clock = clock
@@ -93,7 +97,7 @@ class InlineChooser:
             if self._n >= self.window:
                 self._start("measure" if state == "warm" else "recheck")
         elif state in ("measure", "recheck"):
-            if self._n >= self.window:
+            if self._n >= self.window and now - self._t0 >= self.min_window_s:
                 self._r_thr = self._n / max(now - self._t0, 1e-9)
                 if state == "recheck" and self._r_thr <= self.margin * self._r_inl:
                     self._start("drain")  # threads did not beat inline: back to inline
@@ -110,7 +114,7 @@ class InlineChooser:
             elapsed = now - self._t0
             if elapsed > (self._n + 2) / max(self._r_thr, 1e-9):  # behind the threads
                 return self._to_threads(keep=True)
-            if self._n >= self.window:
+            if self._n >= self.window and elapsed >= self.min_window_s:
                 self._r_inl = self._n / max(elapsed, 1e-9)
                 if self._r_inl > self.margin * self._r_thr:
                     self._keep(True)

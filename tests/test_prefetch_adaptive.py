@@ -82,7 +82,7 @@ def test_choice_follows_a_change_of_cost_and_keeps_order() -> None:
     p = Prefetcher(
         range(n), max_items=16, max_bytes="1MiB", threads=8, fn=Shifting(n_cheap), adaptive=True
     )
-    p.chooser = InlineChooser(32, min_interval_s=0.05, max_interval_s=0.05)
+    p.chooser = InlineChooser(32, min_window_s=0.01, min_interval_s=0.05, max_interval_s=0.05)
     out = list(p)
     assert out == list(range(n))
     assert p.inline_items > 15_000  # the cheap part ran inline
@@ -180,7 +180,7 @@ def drive(chooser: InlineChooser, clock: FakeClock, per_item_s: float, n: int) -
 
 def test_chooser_keeps_inline_when_faster_and_rechecks_with_backoff() -> None:
     clock = FakeClock()
-    c = InlineChooser(8, clock=clock, min_interval_s=1.0, max_interval_s=4.0)
+    c = InlineChooser(8, clock=clock, min_window_s=0, min_interval_s=1.0, max_interval_s=4.0)
     # threaded: 1 ms per item (warm-up 8, measure 8) -> pause
     assert drive(c, clock, 0.001, 16)[-1] == "pause" and c.state == "drain"
     drive(c, clock, 0.0002, 8)  # inline probe: 5x faster -> kept
@@ -192,7 +192,7 @@ def test_chooser_keeps_inline_when_faster_and_rechecks_with_backoff() -> None:
 
 def test_chooser_gives_up_an_inline_probe_that_falls_behind() -> None:
     clock = FakeClock()
-    c = InlineChooser(8, clock=clock)
+    c = InlineChooser(8, clock=clock, min_window_s=0)
     drive(c, clock, 0.001, 16)  # threaded 1 ms per item
     c.drained()
     clock.t += 0.010  # the first inline item takes 10 ms: behind by more than two items
@@ -209,3 +209,11 @@ def _adaptive_loader(*, workers: int):  # type: ignore[no-untyped-def]
     return sb.Loader(
         cheap_pipe(), num_workers=workers, max_batches=4, max_bytes="4MiB", timeout_s=60
     )
+
+
+def test_chooser_windows_last_at_least_min_window_s() -> None:
+    clock = FakeClock()
+    c = InlineChooser(8, clock=clock, min_window_s=0.05)
+    acts = drive(c, clock, 0.001, 8 + 49)  # warm 8, then 49 ms of items: not yet
+    assert "pause" not in acts and c.state == "measure"
+    assert drive(c, clock, 0.001, 1) == ["pause"]
