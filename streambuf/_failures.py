@@ -3,14 +3,15 @@
 ``on_error="raise"`` (default): the failure propagates as the given error type, naming
 the stage and the source. ``on_error="skip"``: the input is skipped, counted and logged
 (one WARNING line each), until more than ``max_failures`` were skipped, which raises
-``TooManyFailures``. Counters are per policy object (one per stage per worker).
+``TooManyFailures``. Counters are per policy object (one per stage per worker): a
+pickled copy starts from zero.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Literal
+from typing import Any, Literal
 
 from ._units import check_choice, check_int
 from .errors import StageError, TooManyFailures
@@ -43,6 +44,13 @@ class FailurePolicy:
         self.stage = stage
         self.skipped = 0
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy (a DataLoader worker) counts its own failures from zero; no lock crosses
+        return {"on_error": self.on_error, "max_failures": self.max_failures, "stage": self.stage}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        FailurePolicy.__init__(self, state["on_error"], state["max_failures"], stage=state["stage"])
 
     def handle(
         self,

@@ -6,7 +6,7 @@
 hands it to the ``on_error`` policy: ``"raise"`` raises it, ``"skip"`` counts and logs it
 and the function returns ``SKIPPED``, which a following ``filter(not_skipped)`` drops (a
 map stage cannot drop an item; ``Pipeline`` adds that filter). Counts are per process:
-the policy (it holds a lock) is not pickled, each DataLoader worker starts its own.
+a pickled policy starts from zero in each DataLoader worker (``FailurePolicy``).
 """
 
 from __future__ import annotations
@@ -52,15 +52,6 @@ class SampleFn:
     def skipped(self) -> int:
         """Samples skipped so far in this process (``on_error="skip"``)."""
         return self._policy.skipped
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_policy"]  # holds a lock; each process counts its own failures
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._policy = FailurePolicy(self.on_error, self.max_failures, stage=self.stage)
 
     def fail(
         self,

@@ -86,15 +86,6 @@ class MemberDecoder:
         """Seed the next epoch's clips (reaches DataLoader workers, persistent ones too)."""
         self._epoch.value = int(epoch)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_policy"]  # holds a lock; each process counts its own failures
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._policy = FailurePolicy(self.on_error, self.max_failures, stage=_STAGE)
-
     def __call__(self, sample: Mapping[str, Any], /) -> list[Clip]:
         url, key = sample.get("__url__"), sample.get("__key__")
         field = next((f for f in self.fields if f in sample), None)
