@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH ?= latency --quick
 
-.PHONY: setup bench test lint types pytest mutants clean
+.PHONY: setup bench test test-long lint types pytest mutants clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,12 +34,20 @@ types: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	mkdir -p build
+	$(PY) -m pytest -q -p no:cacheprovider --junitxml=build/pytest.xml $(PYTEST_ARGS)
 
+# make mutants runs its own control (the targeted tests, unmutated) first; make test
+# takes the control from the suite run it just made (build/pytest.xml) instead.
 mutants: $(STAMP)
-	$(PY) tests/mutants.py
+	$(PY) tests/mutants.py $(MUTANTS_ARGS)
 
-test: lint types pytest mutants
+# the full grids (resume chains, straggler lengths) that CI samples
+test-long: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m long
+
+test: lint types pytest
+	$(PY) tests/mutants.py --control-junit build/pytest.xml $(MUTANTS_ARGS)
 
 clean:
 	rm -rf $(VENV) bench-results .mypy_cache .ruff_cache

@@ -81,6 +81,15 @@ class RunTracker:
             )
         self._loaded = loaded
 
+    def loaded_epoch(self) -> int | None:
+        """The epoch the loaded, not yet started state resumes (None: nothing loaded)."""
+        return None if self._loaded is None else _state.next_epoch(self._loaded)
+
+    def check_epoch(self, epoch: int) -> None:
+        """``set_epoch(epoch)``: refused unless it is the loaded state's epoch."""
+        if self._loaded is not None:
+            _state.check_set_epoch(self._loaded, epoch)
+
     def start(self, *, epoch: int, rank: int, world_size: int) -> IterationPlan:
         """The plan of an iteration starting now (consumes a loaded state)."""
         plan = IterationPlan(epoch=epoch, workers=[None] * self.num_workers)

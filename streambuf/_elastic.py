@@ -63,7 +63,10 @@ class Progress:
                     continue
                 a = assign(n, order, rank * workers + w, world * workers)
                 if inherited is not None:  # what this slot owed from before and delivered
-                    still = {(int(p[0]), int(p[1])) for p in snap.get("pending") or []}
+                    # past its first pass (equalize="pad" repeating) it delivered all it
+                    # owed: its pending samples now are repeats, not the owed ones
+                    rows = (snap.get("pending") or []) if snap.get("pass", 0) == 0 else []
+                    still = {(int(p[0]), int(p[1])) for p in rows}
                     for row in inherited.pending_for(a.shards, a.stride, a.offset):
                         if (int(row[0]), int(row[1])) not in still:
                             prog.pending.get(int(row[0]), {}).pop(int(row[1]), None)
@@ -167,6 +170,20 @@ class Progress:
                 if i < size and i >= offset and (i - offset) % stride == 0
             )
         return sum(1 for i in range(offset, size, stride) if not self.done(shard, i))
+
+    def remapped(self, mapping: Sequence[int]) -> Progress:
+        """The same progress with shard ``s`` renamed ``mapping[s]`` (the saved list's
+        index -> the new list's, ``streambuf._identity.remap``); shards of the new list
+        that are no one's image have no claims: they are read whole."""
+        out = Progress()
+        for shard, claims in self.claims.items():
+            out.claims[mapping[shard]] = list(claims)
+        for shard, done in self.sets.items():
+            out.sets[mapping[shard]] = set(done)
+        for shard, rows in self.pending.items():
+            new = mapping[shard]
+            out.pending[new] = {i: [new, *row[1:]] for i, row in rows.items()}
+        return out
 
     # -- plain data ---------------------------------------------------------------------
     def to_data(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ._units import parse_bytes, parse_count
+from ._units import check_size, parse_bytes, parse_count
 from .errors import BufferClosed
 from .stats import BufferStats
 
@@ -202,7 +202,7 @@ class Engine(Generic[T]):
         size: int | None = None,
     ) -> None:
         if size is None:
-            size = int(self._sizeof(item))
+            size = check_size(self._sizeof(item))
         with self._lock:
             lane = self._check_open(index)
             if reserved is not None:  # room was taken by reserve(): never waits

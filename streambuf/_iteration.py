@@ -136,6 +136,8 @@ class Iteration:
         )
         self._source = src
         env.partial = src.partial
+        if pipe._equalize is not None:
+            return _within_declared(iter(src), pipe.sizes(), access, source, pipe._equalize)
         return iter(src)
 
     def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
@@ -187,7 +189,9 @@ class Iteration:
             if self.target is None or self.produced >= self.target:
                 self.last = True
                 return
-            if got == 0 and not resumed:  # a resumed pass may have had nothing left
+            # a resumed pass may have had nothing left, and so may the first pass after
+            # an elastic resume (``progress``: all of its share done); the next repeats
+            if got == 0 and not resumed and (self.pass_index > 0 or self.progress is None):
                 ctx = self.ctx
                 raise ValueError(
                     f"equalize: rank {ctx.rank} worker {ctx.worker} must yield {self.target} "
@@ -238,6 +242,33 @@ class Iteration:
                 "pending": self.ledger.pending() + (src.unissued() if src is not None else []),
                 "stages": {str(k): f() for k, f in env.snapshots.items()} if env else {},
             }
+
+
+def _within_declared(
+    it: Iterator[Rec], declared: list[int], access: Any, source: Any, mode: str
+) -> Iterator[Rec]:
+    """The source's records, refusing a sample past its shard's declared count: with
+    ``equalize`` the batch counts come from ``samples_per_shard``, so an understated
+    count would end the slot's stream early and silently lose the rest ("pad") or more
+    than needed ("drop"). With "pad" it is always seen: the first pass reaches the
+    target only once every declared sample of the slot was taken, and ``.batch()`` looks
+    one sample ahead, so the next record, if any, is one past a declared count."""
+    try:
+        for rec in it:
+            shard, index = rec.pos[0], rec.pos[1]
+            if index < declared[shard]:
+                yield rec
+                continue
+            name = access.name(shard) if hasattr(access, "name") else repr(source[shard])[:200]
+            raise ValueError(
+                f"shard {name} has more samples than samples_per_shard declares: "
+                f"{declared[shard]} declared, at least {index + 1} read (sample {index}); "
+                f"equalize={mode!r} counts batches from the declared counts, so the extra "
+                "samples would be lost; pass the true counts (samples_per_shard=[...], one "
+                "per shard)"
+            )
+    finally:
+        _close(it)
 
 
 def _lookahead(it: Iterator[Rec]) -> Iterator[Rec]:

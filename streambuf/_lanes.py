@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from ._threads import join_all
+from ._units import check_size
 from .buffer import BufferStats, Order, ShardedBuffer
 from .errors import BufferClosed, add_note
 from .sizing import nbytes
@@ -114,7 +115,7 @@ class LaneRunner(Generic[T]):
                 except BaseException:  # StopIteration included: give the room back
                     buf.cancel(lane, estimate)
                     raise
-                size = int(self._sizeof(item))
+                size = check_size(self._sizeof(item))
                 if size <= estimate:
                     buf._put(lane, item, None, estimate, size)
                 else:  # larger than its room: give the room back, wait for enough

@@ -3,51 +3,97 @@
 A state (``Loader.state_dict()``, ``Pipeline.state_dict()``) is plain data (JSON-safe):
 
     {"version": 1, "kind": "streambuf.state",
-     "epoch": e, "seed": s, "shards": n, "fingerprint": "...",
+     "epoch": e, "seed": s, "shards": n, "fingerprint": "...",   # see shape()
+     "names": [...] | None,                 # shard identities (streambuf._identity)
      "layout": {"rank": r, "world_size": W, "num_workers": w, "in_order": bool},
      "workers": [snapshot | None, ...],     # per worker: streambuf._iteration snapshot
      "next_worker": k,                      # in-order: the worker whose batch is next
      "complete": bool,                      # every worker delivered its whole stream
      "before": progress | None}             # carried over from an elastic resume
 
-``plan(pipe, states)`` decides how the next iteration resumes:
+``check_loadable(pipe, state)`` validates a state completely before anything uses it
+(``streambuf._state_schema``: shape, types, ranges, each fault a ``ValueError`` naming
+the field's path), then the pipeline (``shape``, seed) and the shard list
+(``streambuf._identity.remap``: the same list, or one that was reordered, moved,
+re-signed or extended; removed, replaced or ambiguous shards are refused by name).
+
+``worker_plan`` decides how the next iteration resumes:
 
 * ``complete``: the next iteration is the *next* epoch, from its start;
-* this rank's own state, same world size and workers (alone, or in the list of all
-  ranks' states): each worker resumes its own snapshot (``mode="exact"``): the
+* this rank's own state, same world size and workers, the same shard list and the same
+  source lanes (``lanes=``, ``order=``: each lane's cursor is restored) (alone, or in
+  the list of all ranks' states): each worker resumes its own snapshot (``mode="exact"``): the
   remainder is identical to the uninterrupted run's with ``in_order=True``, and exactly
   once in any case;
-* otherwise (``mode="elastic"``): the states of *all* old ranks are needed; what they
-  delivered becomes a ``streambuf._elastic.Progress`` and every new slot reads its new
-  share of what is left: every remaining sample exactly once, order re-derived.
+* otherwise (``mode="elastic"``, also when the shard list was reordered or extended, or
+  the source's ``lanes=``/``order=`` changed):
+  the states of *all* old ranks are needed; what they delivered becomes a
+  ``streambuf._elastic.Progress`` (its shard indices mapped to the new list) and every
+  new slot reads its new share of what is left: every remaining sample exactly once
+  (appended shards whole), order re-derived.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._elastic import Progress
+from ._identity import remap, state_names
+from ._state_schema import validate
 from .sharding import assign, shard_order
+from .stages import Shuffle
 
 if TYPE_CHECKING:
     from ._iteration import Iteration
     from .pipeline import Pipeline, WorkerContext
 
-__all__ = ["check_loadable", "pipeline_state", "plan_pipeline", "run_state", "worker_plan"]
+__all__ = [
+    "check_loadable",
+    "check_set_epoch",
+    "next_epoch",
+    "pipeline_state",
+    "plan_pipeline",
+    "run_state",
+    "worker_plan",
+]
 
 VERSION = 1
 KIND = "streambuf.state"
 
 
-def fingerprint(pipe: Pipeline) -> str:
-    """What must not change between save and load: the shard count and the stages."""
-    stages = ",".join(s.name for s in pipe._stages)
+def shape(pipe: Pipeline) -> str:
+    """What must not change between save and load (the state's ``fingerprint``): shard
+    shuffling, equalize, the stages and a mix's sources. The shard list is checked on
+    its own, by identity (``streambuf._identity``), so that it may be reordered."""
+    stages = ",".join(_stage_id(s) for s in pipe._stages)
     mixed = pipe._mix.fingerprint() if pipe._mix is not None else ""
-    return f"{pipe.num_shards()}|{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}{mixed}"
+    return f"{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}{mixed}"
 
 
+def _stage_id(stage: Any) -> str:
+    """A stage in ``shape``: its name, and a shuffle's own ``seed=`` when one is given
+    (it decides the rest of the order as much as the pipeline's seed does)."""
+    if isinstance(stage, Shuffle) and stage.seed is not None:
+        return f"{stage.name}:{stage.seed}"
+    return str(stage.name)
+
+
+def fingerprint(pipe: Pipeline) -> str:
+    """``shape`` plus the exact shard list (count and names): a mix's sources, which
+    resume only as saved. Computed once per pipeline object."""
+    digest = _DIGESTS.get(pipe)
+    if digest is None:
+        names = state_names(pipe)
+        digest = hashlib.sha256(json.dumps(names).encode()).hexdigest()[:16] if names else ""
+        _DIGESTS[pipe] = digest
+    return f"{pipe.num_shards()}{digest}|{shape(pipe)}"
+
+
+_DIGESTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
     weakref.WeakKeyDictionary()
 )
@@ -97,7 +143,8 @@ def run_state(
         "epoch": epoch,
         "seed": pipe.seed,
         "shards": pipe.num_shards(),
-        "fingerprint": fingerprint(pipe),
+        "fingerprint": shape(pipe),
+        "names": state_names(pipe),
         "layout": {
             "rank": rank,
             "world_size": world_size,
@@ -130,7 +177,7 @@ def pipeline_state(pipe: Pipeline, it: Iteration | None) -> dict[str, Any]:
     )
 
 
-def _check_one(pipe: Pipeline, state: Any) -> dict[str, Any]:
+def _check_one(pipe: Pipeline, state: Any, path: str) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("kind") != KIND:
         raise ValueError(
             "load_state_dict() needs a state from streambuf's state_dict() (a dict with "
@@ -138,31 +185,54 @@ def _check_one(pipe: Pipeline, state: Any) -> dict[str, Any]:
         )
     if state.get("version") != VERSION:
         raise ValueError(f"state version {state.get('version')!r}; this streambuf reads {VERSION}")
-    if state["fingerprint"] != fingerprint(pipe) or state["seed"] != pipe.seed:
+    keys = tuple(str(k) for k, s in enumerate(pipe._stages) if isinstance(s, Shuffle))
+    validate(state, stage_keys=keys, mix=pipe._mix is not None, path=path)
+    if state["seed"] != pipe.seed:
         raise ValueError(
-            "this state was saved by a different pipeline (shards, stages or seed differ: "
-            f"saved {state['fingerprint']!r} seed {state['seed']}, this one "
-            f"{fingerprint(pipe)!r} seed {pipe.seed}); resume with the same pipeline"
+            f"this state was saved by a pipeline with seed={state['seed']}, this one has "
+            f"seed={pipe.seed}: the shard order and the shuffles would differ, so the "
+            "saved positions mean other samples; resume with the same seed (or start the "
+            "epoch without load_state_dict())"
+        )
+    if state["fingerprint"] != shape(pipe):
+        raise ValueError(
+            "this state was saved by a different pipeline (stages, a shuffle's seed, shard "
+            f"shuffling, equalize or mixed sources differ: saved {state['fingerprint']!r}, "
+            f"this one {shape(pipe)!r}); resume with the same pipeline"
         )
     return state
 
 
 def check_loadable(pipe: Pipeline, state: Any) -> dict[str, Any]:
-    """Validate a state or the states of all ranks of one run; returns the plan input."""
-    states = [state] if isinstance(state, dict) else list(state)
+    """Validate a state or the states of all ranks of one run, completely (shape, types,
+    ranges, pipeline, shard identities: ``ValueError`` naming the field or the shards);
+    returns the plan input: ``{"epoch", "complete", "states", "remap"}`` where ``remap``
+    is None (positions as saved) or the old -> new shard index list."""
+    one = isinstance(state, dict)
+    if not one and not isinstance(state, list | tuple):
+        raise ValueError(
+            "load_state_dict() needs a state from state_dict() or a list of the states of "
+            f"all ranks; got {type(state).__name__}"
+        )
+    states = [state] if one else list(state)
     if not states:
         raise ValueError("load_state_dict() got no state")
-    states = sorted((_check_one(pipe, s) for s in states), key=lambda s: s["layout"]["rank"])
+    checked = [
+        _check_one(pipe, s, "state" if one else f"states[{i}]") for i, s in enumerate(states)
+    ]
+    states = sorted(checked, key=lambda s: s["layout"]["rank"])
     head = states[0]
     for s in states[1:]:
         if (s["epoch"], s["layout"]["world_size"], s["layout"]["num_workers"]) != (
             head["epoch"],
             head["layout"]["world_size"],
             head["layout"]["num_workers"],
-        ):
-            raise ValueError("these states come from different runs (epoch or layout differ)")
+        ) or (s["shards"], s["names"]) != (head["shards"], head["names"]):
+            raise ValueError(
+                "these states come from different runs (epoch, layout or shards differ)"
+            )
     ranks = [s["layout"]["rank"] for s in states]
-    if not isinstance(state, dict) and ranks != list(range(head["layout"]["world_size"])):
+    if not one and ranks != list(range(head["layout"]["world_size"])):
         raise ValueError(
             f"load_state_dict() got the states of ranks {ranks} of a world of "
             f"{head['layout']['world_size']}: pass all of them (one per old rank)"
@@ -171,7 +241,37 @@ def check_loadable(pipe: Pipeline, state: Any) -> dict[str, Any]:
         "epoch": head["epoch"],
         "complete": all(s["complete"] for s in states) if len(states) > 1 else head["complete"],
         "states": states,
+        "remap": remap(head["names"], head["shards"], pipe),
     }
+
+
+def next_epoch(plan: dict[str, Any]) -> int:
+    """The epoch the next iteration runs under a loaded plan."""
+    return int(plan["epoch"]) + 1 if plan["complete"] else int(plan["epoch"])
+
+
+def check_set_epoch(plan: dict[str, Any], epoch: int) -> None:
+    """``set_epoch(epoch)`` after ``load_state_dict``: the epoch the state resumes is
+    kept (a training loop calls ``set_epoch`` at the top of every epoch); any other
+    epoch would silently drop the loaded state or run the wrong epoch: ``ValueError``."""
+    want = next_epoch(plan)
+    if epoch == want:
+        return
+    saved = int(plan["epoch"])
+    if plan["complete"]:
+        why = (
+            f"the loaded state is the end of epoch {saved} (complete), so the next "
+            f"iteration is epoch {want}"
+        )
+    else:
+        why = (
+            f"the loaded state is in the middle of epoch {saved}, so the next iteration finishes it"
+        )
+    raise ValueError(
+        f"set_epoch({epoch}) after load_state_dict(): {why}; call set_epoch({want}) (or "
+        "not at all) to resume, or build the loader again without load_state_dict() to "
+        f"start epoch {epoch} from its beginning"
+    )
 
 
 def worker_plan(
@@ -188,24 +288,117 @@ def worker_plan(
         if (s["layout"]["rank"], s["layout"]["world_size"], s["layout"]["num_workers"])
         == (rank, world_size, num_workers)
     ]
-    if mine and (len(states) == 1 or len(states) == world_size):  # this rank's own state
-        state = mine[0]
+    mapping = plan.get("remap")
+    lanes_changed = _lanes_changed(pipe, mine[0]) if mine else None
+    if (
+        mine
+        and mapping is None
+        and lanes_changed is None
+        and (len(states) == 1 or len(states) == world_size)
+    ):
+        state = mine[0]  # this rank's own state, same layout, shards and lanes
         before = state.get("before")
         progress = Progress.from_data(before) if before is not None else None
         return plan["epoch"], "exact", state["workers"], progress, state["next_worker"]
-    if len(states) == 1:
-        layout = states[0]["layout"]
-        if layout["world_size"] != 1:
-            raise ValueError(
-                f"the saved run had world_size={layout['world_size']}; to resume at "
-                f"world_size={world_size}, pass the states of all its ranks to load_state_dict()"
+    if len(states) == 1 and states[0]["layout"]["world_size"] != 1:
+        raise ValueError(
+            _one_rank_message(
+                states[0]["layout"], rank, world_size, num_workers, mapping, lanes_changed
             )
+        )
     if pipe._mix is not None:
         raise ValueError(
             "a mix() pipeline resumes only at the layout it was saved at (same world size "
             "and num_workers)"
         )
-    return plan["epoch"], "elastic", None, Progress.of_states(pipe, states), 0
+    progress = Progress.of_states(pipe, states)
+    if mapping is not None:
+        progress = progress.remapped(mapping)
+    return plan["epoch"], "elastic", None, progress, 0
+
+
+def _source_lanes(pipe: Pipeline) -> tuple[int, str] | None:
+    """(lanes, order) the pipeline's source reads a slot's shards with (before the cap
+    at the slot's shard count), or None when the reader does not say."""
+    reader = pipe._reader
+    if reader is None:
+        return 1, "round_robin"  # items and expand=: one inline lane
+    options = getattr(reader, "options", None)  # shards(): ShardOptions
+    if options is not None and hasattr(options, "lanes"):
+        return int(options.lanes), str(options.order)
+    threads = getattr(reader, "threads", None)  # video.clips(): one lane per thread
+    if isinstance(threads, int):
+        return max(1, threads), "round_robin"
+    return None
+
+
+def _lanes_changed(pipe: Pipeline, state: dict[str, Any]) -> str | None:
+    """Why ``state``'s lane cursors do not fit this pipeline's source (another
+    ``lanes=`` or ``order=`` than saved), or None when they fit (or cannot be known: a
+    mix, a reader that does not say). An exact resume restores each lane's cursor, so
+    it needs the same lanes; a changed one resumes elastically (docs/design.md)."""
+    if pipe._mix is not None:
+        return None
+    now = _source_lanes(pipe)
+    if now is None:
+        return None
+    lanes, order = now
+    layout = state["layout"]
+    workers = max(1, layout["num_workers"])
+    slots = layout["world_size"] * workers
+    n = state["shards"]
+    shard_list = shard_order(
+        n, seed=state["seed"], epoch=state["epoch"], shuffle=pipe._shuffle_shards
+    )
+    for w, snap in enumerate(state["workers"]):
+        cursor = snap.get("source") if snap is not None else None
+        if not isinstance(cursor, dict) or "lanes" not in cursor:
+            continue  # not opened yet: nothing to restore
+        saved_order = "first_ready" if "seen" in cursor else "round_robin"
+        if saved_order != order:
+            return f"the state was saved with order={saved_order!r}, this source has {order!r}"
+        a = assign(n, shard_list, layout["rank"] * workers + w, slots)
+        want = max(1, min(lanes, len(a.shards)))
+        if len(cursor["lanes"]) != want:
+            return (
+                f"worker {w}'s state has {len(cursor['lanes'])} lane cursors, this source "
+                f"reads its shards with {want} (lanes={lanes})"
+            )
+    return None
+
+
+def _one_rank_message(
+    layout: dict[str, Any],
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    mapping: Any,
+    lanes_changed: str | None = None,
+) -> str:
+    saved = (
+        f"this state was saved by rank {layout['rank']} of a run with "
+        f"world_size={layout['world_size']}, num_workers={layout['num_workers']}"
+    )
+    here = (
+        f"it is being loaded by rank {rank} of world_size={world_size}, num_workers={num_workers}"
+    )
+    everyone = (
+        f"the list of the states of all its ranks (all {layout['world_size']} of them, e.g. "
+        "gathered with torch.distributed.all_gather_object or one file per rank)"
+    )
+    if mapping is not None:
+        return (
+            f"{saved}, and the shard list changed since (reordered or extended), which "
+            f"resumes by re-splitting what is left over every rank: pass {everyone}"
+        )
+    if lanes_changed is not None:
+        return (
+            f"{saved}, and the source's lanes changed since ({lanes_changed}), which "
+            f"resumes by re-splitting what is left over every rank: pass {everyone}"
+        )
+    if (layout["world_size"], layout["num_workers"]) == (world_size, num_workers):
+        return f"{saved}; {here}: pass this rank's own state (the one rank {rank} saved), or {everyone}"
+    return f"{saved}; {here}: to resume at another layout, pass {everyone}"
 
 
 def plan_pipeline(

@@ -1,23 +1,32 @@
 """The main process's watch over a DataLoader's workers: ``Supervisor``.
 
 ``WorkerError`` means exactly one thing: a worker died, or stopped answering for
-``timeout_s``. It is decided from the workers' state (process alive? exit code? how long
-the loop has waited?), never from the text of an exception, so an error raised by the
-user's own code (which travels as a ``streambuf._transport.Failure``) is never mistaken
-for it. How:
+``timeout_s``. It is decided from the workers' state (process alive? exit code? did its
+end of stream arrive? how long the loop has waited?), never from the text of an
+exception, so an error raised by the user's own code (which travels as a
+``streambuf._transport.Failure``) is never mistaken for it. How:
 
+* **One supervised wait.** Every wait of the DataLoader iterator for its workers (the
+  next batch, and a persistent iterator's reset at the start of an epoch) goes through
+  ``Supervisor._get``, installed in place of the iterator's ``_get_data``: it waits in
+  slices of ``poll_s`` and after each slice looks at the processes. The DataLoader runs
+  with no timeout of its own, so no wait "times out" inside torch (a reset that timed out
+  there left the iterator unusable: ``KeyError: _ResumeIteration``).
+* **Dead, finished, stuck.** A worker is *finished* once the DataLoader received its end
+  of stream (``_workers_status`` false); a non-persistent one then exits with code 0,
+  which is not a death however long the other workers take. A worker is *dead* when it
+  exited before its end of stream arrived (code 0 included: ``sys.exit`` in a stage) or
+  with a non-zero code or a signal -> ``WorkerError`` naming it, its pid and how it ended
+  (within ``poll_s``). ``timeout_s`` exceeded -> ``WorkerError`` naming the workers the
+  loop waits for.
 * **Polling, not signals.** torch raises a worker's death from its SIGCHLD handler,
   i.e. in the main thread *wherever it happens to be*, user code included, as a plain
-  ``RuntimeError``. The supervisor takes its workers off that watch and instead lets the
-  DataLoader wait in slices of ``poll_s`` (its ``timeout``); after each slice it looks
-  at the processes: one gone -> ``WorkerError`` naming it, its pid and how it ended
-  (within ``poll_s``); ``timeout_s`` exceeded -> ``WorkerError``; else it waits again (a
-  timed-out wait changes nothing in the DataLoader's state).
+  ``RuntimeError``. The supervisor takes its workers off that watch.
 * **Stopped worker.** A batch already queued by a worker that then stopped (SIGSTOP, a
   frozen cgroup) is unpickled by fetching its shared-memory descriptor *from that
-  worker*: a wait no DataLoader timeout bounds. While the loop waits, a watch thread
-  checks the clock and, ``grace_s`` past ``timeout_s``, kills the workers, which ends
-  that wait; the loop raises ``WorkerError``.
+  worker*: a wait no slice bounds. While the loop waits, a watch thread checks the clock
+  and, ``grace_s`` past ``timeout_s``, kills the workers, which ends that wait; the loop
+  raises ``WorkerError``.
 * After a ``WorkerError`` the Loader kills the remaining workers before shutting the
   DataLoader down, so the error reaches the loop at once instead of after torch's
   per-worker shutdown waits (5 s each).
@@ -31,6 +40,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .errors import WorkerError
@@ -42,7 +52,7 @@ log = logging.getLogger("streambuf")
 POLL_S = 1.0
 
 
-def _ended(w: Any) -> str:
+def _ended(w: Any, active: bool) -> str:
     code = w.exitcode
     if code is None:
         return "is alive"
@@ -51,6 +61,8 @@ def _ended(w: Any) -> str:
             return f"was killed by signal {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
+    if code == 0 and active:
+        return "exited with code 0 before its end of stream (sys.exit in a stage?)"
     return f"exited with code {code}"
 
 
@@ -79,9 +91,11 @@ def kill_workers(dl_iter: Any) -> None:
 
 
 class Supervisor:
-    """Gets batches from one DataLoader iterator (see the module docstring).
+    """Supervises one DataLoader iterator's waits (see the module docstring).
 
-    The DataLoader must have been built with ``timeout=poll_s``.
+    Built on the iterator (a persistent one: before ``iter(loader)`` resets it), it
+    replaces the iterator's ``_get_data``; ``stop()`` puts it back. Wrap every call that
+    waits for workers in ``waiting()`` (``next`` does).
     """
 
     def __init__(
@@ -103,11 +117,25 @@ class Supervisor:
         self._done = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        if hasattr(dl_iter, "_try_get_data"):
+            dl_iter._get_data = self._get  # an instance attribute: shadows the method
         if timeout_s is not None:
             self._thread = threading.Thread(
                 target=self._watch, name="streambuf-loader-watch", daemon=True
             )
             self._thread.start()
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The loop waits for the workers inside this block (the clock of ``timeout_s``)."""
+        with self._cond:
+            self._since = time.monotonic()
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._since = None
 
     def next(self, it: Iterator[Any]) -> Any:
         """The next item of ``it`` (the DataLoader iterator); StopIteration at its end.
@@ -116,31 +144,60 @@ class Supervisor:
             WorkerError: a worker died, or nothing arrived within ``timeout_s``.
         """
         t0 = time.monotonic()
-        with self._cond:
-            self._since = t0
-            self._cond.notify()
-        try:
-            while True:
-                t_call = time.monotonic()
-                try:
-                    return next(it)
-                except StopIteration:
+        with self.waiting():
+            try:
+                return next(it)
+            except (StopIteration, WorkerError):
+                raise
+            except Exception as exc:  # e.g. unpickling a batch from a worker just killed
+                active = list(getattr(self.dl_iter, "_workers_status", []))
+                cause = self._cause_of(exc, t0=t0, active=active)
+                if cause is exc:
                     raise
-                except Exception as exc:
-                    now = time.monotonic()
-                    err = self._failure(waited_s=now - t0)
-                    if err is not None:
-                        raise err from exc
-                    if now - t_call < 0.9 * self.poll_s:
-                        raise  # not a wait that ran out: the DataLoader's own error
-        finally:
-            with self._cond:
-                self._since = None
+                raise cause from exc
 
-    def _failure(self, *, waited_s: float) -> WorkerError | None:
-        dead = [(i, w) for i, w in enumerate(self.workers) if w.exitcode is not None]
+    def _get(self) -> Any:
+        """The iterator's ``_get_data``: one message from the workers, supervised."""
+        it = self.dl_iter
+        t0 = self._since if self._since is not None else time.monotonic()
+        while True:
+            active = list(it._workers_status)  # before torch may mark a death itself
+            try:
+                ok, data = it._try_get_data(self.poll_s)
+            except Exception as exc:  # torch saw a worker gone; a reset connection ...
+                cause = self._cause_of(exc, t0=t0, active=active)
+                if cause is exc:
+                    raise
+                raise cause from exc
+            if ok:
+                return data
+            if it._pin_memory and not it._pin_memory_thread.is_alive():
+                raise RuntimeError("the DataLoader's pin-memory thread exited unexpectedly")
+            err = self._failure(waited_s=time.monotonic() - t0, active=active)
+            if err is not None:
+                raise err
+
+    def _cause_of(self, exc: BaseException, *, t0: float, active: list[bool]) -> BaseException:
+        """What to raise for an error of the wait itself: a worker's death when one shows
+        within ``poll_s`` (a batch's shared memory is fetched from its worker: one dying
+        meanwhile resets that connection before it is seen to exit), else ``exc``."""
+        deadline = time.monotonic() + self.poll_s
+        while True:
+            err = self._failure(waited_s=time.monotonic() - t0, active=active)
+            if err is not None or time.monotonic() >= deadline:
+                return err if err is not None else exc
+            time.sleep(0.02)
+
+    def _failure(self, *, waited_s: float, active: list[bool]) -> WorkerError | None:
+        """The error the loop should raise now, or None to keep waiting. ``active[i]``:
+        worker ``i``'s end of stream had not arrived when the wait began."""
+        dead = [
+            (i, w)
+            for i, w in enumerate(self.workers)
+            if w.exitcode is not None and (active[i] or w.exitcode != 0)
+        ]
         if dead and not self.silenced:  # a death is the cause, whatever the clock says
-            what = "; ".join(f"worker {i} (pid {w.pid}) {_ended(w)}" for i, w in dead)
+            what = "; ".join(f"worker {i} (pid {w.pid}) {_ended(w, active[i])}" for i, w in dead)
             hint = ""
             if any(w.exitcode == -signal.SIGKILL for _, w in dead):
                 hint = " (SIGKILL: often the out-of-memory killer; lower max_bytes)"
@@ -148,10 +205,26 @@ class Supervisor:
         if self.silenced or (self.timeout_s is not None and waited_s >= self.timeout_s):
             return WorkerError(
                 f"no batch arrived within timeout_s={self.timeout_s} (waited {waited_s:.1f} "
-                "s): a DataLoader worker is stuck (hung in a stage, stopped, or starved); "
-                "the workers were stopped. Raise timeout_s if a batch can take that long"
+                f"s) from {self._awaited(active)}: stuck (hung in a stage, stopped, or "
+                "starved); the workers were stopped. Raise timeout_s if a batch can take "
+                "that long"
             )
         return None
+
+    def _awaited(self, active: list[bool]) -> str:
+        """The workers the loop is waiting for, by index and pid."""
+        it = self.dl_iter
+        ids: list[int] = []
+        info = getattr(it, "_task_info", {}).get(getattr(it, "_rcvd_idx", -1))
+        if getattr(it, "_in_order", True) and info is not None and len(info) == 1:
+            ids = [info[0]]  # in order: the worker owing the next batch
+        if not ids:
+            counts = getattr(it, "_workers_num_tasks", [1] * len(self.workers))
+            ids = [i for i, a in enumerate(active) if a and counts[i] > 0] or [
+                i for i, a in enumerate(active) if a
+            ]
+        names = ", ".join(f"worker {i} (pid {self.workers[i].pid})" for i in ids)
+        return names or "the workers"
 
     def _watch(self) -> None:
         assert self.timeout_s is not None
@@ -174,8 +247,11 @@ class Supervisor:
                 kill_workers(self.dl_iter)
 
     def stop(self) -> None:
+        """End the watch and give the iterator its own ``_get_data`` back."""
         with self._cond:
             self._done = True
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(5.0)
+        if self.dl_iter.__dict__.get("_get_data") == self._get:
+            del self.dl_iter._get_data

@@ -13,7 +13,8 @@ So a worker never lets either reach torch's machinery:
   arrives in the main process is a ``Failure`` naming the type that could not be pickled,
   the stage and the fix, instead of nothing.
 * ``Failure`` carries an exception raised in the worker: the exception object pickled
-  whole (type, attributes, notes, and its ``__cause__`` when that pickles too), plus its
+  whole (type, attributes, notes, its ``__cause__`` and ``__context__`` chain packed the
+  same way), plus its
   type name, message and the worker's formatted traceback. ``Failure.exception()``
   rebuilds it in the main process; when it cannot be rebuilt there, a ``StageError``
   naming the original type and message takes its place. Either way a note gives the
@@ -156,23 +157,74 @@ def _qualname(exc: BaseException) -> str:
     )
 
 
-def pack_exception(exc: BaseException) -> dict[str, Any]:
-    """An exception as plain data: pickled whole where possible, described always."""
+_CHAIN_DEPTH = 8  # causes/contexts kept per exception (a chain is rarely longer)
+
+
+def _pack_linked(exc: BaseException | None, depth: int) -> dict[str, Any] | None:
+    """``exc`` and, recursively, its ``__cause__``/``__context__`` as plain data."""
+    if exc is None or depth <= 0:
+        return None
     try:
         pickled: bytes | None = _dumps(exc)
     except Exception:
         pickled = None
-    cause = exc.__cause__
-    try:
-        pickled_cause = _dumps(cause) if cause is not None else None
-    except Exception:
-        pickled_cause = None
     return {
         "pickled": pickled,
-        "pickled_cause": pickled_cause,
         "type": _qualname(exc),
         "message": str(exc),
         "notes": list(getattr(exc, "__notes__", ())),
+        "cause": _pack_linked(exc.__cause__, depth - 1),
+        "context": _pack_linked(exc.__context__, depth - 1)
+        if exc.__context__ is not exc.__cause__
+        else None,
+        "suppress_context": exc.__suppress_context__,
+    }
+
+
+def _keep_notes(exc: BaseException, notes: list[str]) -> None:
+    """Give ``exc`` the notes it had in the worker that its pickling lost (a user
+    ``__reduce__`` that drops ``__dict__``)."""
+    have = list(getattr(exc, "__notes__", ()))
+    for note in notes:
+        if note not in have:
+            add_note(exc, note)
+
+
+def _unpack_linked(info: dict[str, Any] | None) -> BaseException | None:
+    """The exception of ``_pack_linked``'s data, its chain re-attached; one that cannot be
+    rebuilt here becomes a ``StageError`` naming its type and message."""
+    if info is None:
+        return None
+    exc: Any = None
+    if info["pickled"] is not None:
+        try:
+            exc = _loads(info["pickled"])
+        except Exception:
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = StageError(f"{info['type']}: {info['message']}", stage="worker")
+    _keep_notes(exc, info["notes"])
+    _attach_chain(exc, info)
+    return exc
+
+
+def _attach_chain(exc: BaseException, info: dict[str, Any]) -> None:
+    """Re-attach the packed ``__cause__``/``__context__`` of ``info`` to ``exc``."""
+    cause = _unpack_linked(info["cause"])
+    if cause is not None:
+        exc.__cause__ = cause
+    context = _unpack_linked(info["context"])
+    exc.__context__ = context if context is not None else exc.__cause__
+    exc.__suppress_context__ = info["suppress_context"]
+
+
+def pack_exception(exc: BaseException) -> dict[str, Any]:
+    """An exception as plain data: pickled whole where possible, described always, its
+    ``__cause__`` and ``__context__`` chain packed the same way (``raise X from Y``)."""
+    linked = _pack_linked(exc, _CHAIN_DEPTH)
+    assert linked is not None
+    return {
+        **linked,
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         "stage": getattr(exc, "stage", None),
         "source": getattr(exc, "source", None),
@@ -221,13 +273,8 @@ class Failure:
                 stage=info["stage"] or "worker",
                 source=info["source"],
             )
-            for note in info["notes"]:
-                add_note(exc, note)
-        elif info["pickled_cause"] is not None and exc.__cause__ is None:
-            try:
-                exc.__cause__ = _loads(info["pickled_cause"])
-            except Exception:
-                pass
+        _keep_notes(exc, info["notes"])
+        _attach_chain(exc, info)
         add_note(
             exc,
             f"streambuf: raised in DataLoader worker {self.worker} (pid {self.pid}); "

@@ -11,8 +11,10 @@ argument, the value and what to pass instead.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Collection
+from fractions import Fraction
 from typing import Any
 
 __all__ = [
@@ -22,6 +24,8 @@ __all__ = [
     "check_int",
     "check_optional_seconds",
     "check_seconds",
+    "check_size",
+    "check_weight",
     "parse_bytes",
     "parse_count",
     "parse_optional_bytes",
@@ -53,13 +57,22 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def parse_bytes(value: int | float | str, *, name: str = "max_bytes") -> int:
-    """Return ``value`` as a positive int of bytes; accepts ints and strings like "4GiB".
+def _is_integer(value: Any) -> bool:
+    """An int (numpy's integers too), never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def parse_bytes(value: int | str, *, name: str = "max_bytes", allow_zero: bool = False) -> int:
+    """Return ``value`` as an int of bytes (> 0, or >= 0 with ``allow_zero``); accepts
+    ints and strings like "4GiB" or "1.5MiB" that name a whole number of bytes.
+
+    A float is refused, even an integral one (``1.9`` bytes is a mistake, and ``4e9``
+    reads as bytes only by luck): pass an int or a string with a unit.
 
     Raises:
-        TypeError: not an int, a float or a string.
-        ValueError: unparsable, unknown unit, ``nan``/``inf``, not > 0, or larger than
-            ``MAX_BYTES`` (the message names ``name``).
+        TypeError: not an int or a string (a float, a bool, None...).
+        ValueError: unparsable, unknown unit, not a whole number of bytes, out of range,
+            or larger than ``MAX_BYTES`` (the message names ``name``).
     """
     if isinstance(value, str):
         m = _RE.match(value)
@@ -68,16 +81,24 @@ def parse_bytes(value: int | float | str, *, name: str = "max_bytes") -> int:
             raise ValueError(
                 f"{name}={value!r} is not a byte size; use an int or e.g. '512MiB', '4GiB', '1GB'"
             )
-        number: float = float(m.group(1)) * _UNITS[unit]
-    elif _is_real(value):
-        number = value
+        exact = Fraction(m.group(1)) * _UNITS[unit]
+        if exact.denominator != 1:
+            raise ValueError(
+                f"{name}={value!r} is not a whole number of bytes ({float(exact)}); use an "
+                "int or a string like '512MiB'"
+            )
+        out = int(exact)
+    elif _is_integer(value):
+        out = int(value)
+    elif isinstance(value, float):
+        raise TypeError(
+            f"{name}={value!r} is a float; a byte size is an int (e.g. {name}=1 << 30) or a "
+            "string with a unit (e.g. '1GiB', '4GB')"
+        )
     else:
         raise TypeError(f"{name}={value!r} must be an int or a string like '512MiB'")
-    if not math.isfinite(number):
-        raise ValueError(f"{name}={value!r} must be a finite byte size like 1 << 30 or '1GiB'")
-    out = int(number)
-    if out <= 0:
-        raise ValueError(f"{name}={value!r} must be > 0")
+    if out < 0 or (out == 0 and not allow_zero):
+        raise ValueError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
     if out > MAX_BYTES:
         raise ValueError(f"{name}={value!r} is too large: at most {MAX_BYTES} bytes (2**62 - 1)")
     return out
@@ -86,6 +107,35 @@ def parse_bytes(value: int | float | str, *, name: str = "max_bytes") -> int:
 def parse_optional_bytes(value: int | str | None, *, name: str) -> int | None:
     """``parse_bytes``, with None passed through (no bound)."""
     return None if value is None else parse_bytes(value, name=name)
+
+
+def check_size(value: Any, *, name: str = "sizeof") -> int:
+    """A size in bytes a function returned (``sizeof(item)``): an int in
+    ``[0, MAX_BYTES]``; anything else (negative, a float, a bool, 2**70) would corrupt the
+    byte accounting, so it is an error naming ``name`` and the value. Cheap on the
+    common path (called once per item)."""
+    if type(value) is int and 0 <= value <= MAX_BYTES:
+        return value
+    if not _is_integer(value):
+        raise TypeError(
+            f"{name} returned {value!r} ({type(value).__name__}); it must return an int "
+            "number of bytes"
+        )
+    if not 0 <= value <= MAX_BYTES:
+        raise ValueError(
+            f"{name} returned {value!r}; a size must be an int in [0, {MAX_BYTES}] bytes"
+        )
+    return int(value)
+
+
+def check_weight(value: Any, *, name: str) -> float:
+    """A finite number > 0 (a weight, a rate): not a bool, not a string."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={value!r} must be a positive number, not a {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive, finite number")
+    return number
 
 
 def parse_count(value: int, *, name: str) -> int:

@@ -46,6 +46,7 @@ class SampleVerbs:
         max_failures: int | None = None,
         max_decoded_bytes: int | str | None = 256 << 20,
         max_sample_bytes: int | str | None = None,
+        max_decoded_sample_bytes: int | str | None = "auto",
     ) -> Pipeline:
         """Decode WebDataset sample fields by extension (``streambuf.sources.Decoder``):
         raw bytes unless a decoder matches; built-ins for ``*.gz`` (then the inner
@@ -55,8 +56,12 @@ class SampleVerbs:
         webdataset's names), mappings ``{"ext": fn}``, webdataset handlers.
         ``on_error="skip"`` drops a sample that fails (counted, logged, at most
         ``max_failures`` per worker). ``max_decoded_bytes`` bounds one image, npz field
-        or gzip layer; ``max_sample_bytes`` (None: the ``shards(max_sample_bytes=)`` of
-        this pipeline, if any) the sample with gz fields at their inflated size."""
+        or gzip layer; ``max_decoded_sample_bytes`` what one sample's fields decode to
+        together (``"auto"``: 4 x ``max_decoded_bytes``, 1 GiB; raise it, e.g. "8GiB", for
+        samples of several large volumes; None: no limit), each field stopped as soon as
+        the total would pass it; ``max_sample_bytes`` (None: the
+        ``shards(max_sample_bytes=)`` of this pipeline, if any) the sample with gz fields
+        at their inflated size. See ``streambuf.sources.decoders``."""
         from .sources.decoders import Decoder
 
         if max_sample_bytes is None:
@@ -68,6 +73,7 @@ class SampleVerbs:
             max_failures=max_failures,
             max_decoded_bytes=max_decoded_bytes,
             max_sample_bytes=max_sample_bytes,
+            max_decoded_sample_bytes=max_decoded_sample_bytes,
         )
         return self._sample_fn(fn, threads=threads)
 

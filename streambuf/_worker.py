@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["PARENT_POLL_S", "Board", "Feed", "watch_parent"]
 
 PARENT_POLL_S = 0.5
-_GEN, _EPOCH, _RANK, _WORLD, _ROTATION, _PLAN = range(6)
+_GEN, _EPOCH, _RANK, _WORLD, _ROTATION, _PLAN, _ROUND = range(7)
 
 
 class Board:
@@ -58,7 +58,7 @@ class Board:
     """
 
     def __init__(self, ctx: BaseContext) -> None:
-        self._raw: Any = ctx.RawArray("q", 6)
+        self._raw: Any = ctx.RawArray("q", 7)
         self.folder = tempfile.mkdtemp(prefix="streambuf-plan-")
         self._owner = os.getpid()
         weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
@@ -72,7 +72,10 @@ class Board:
         world_size: int,
         rotation: int = 0,
         plan: Any = None,
+        round_: int = 0,
     ) -> None:
+        """``round_``: how many times the current DataLoader iterator was reset before
+        this iteration (0 for a fresh one; persistent workers count up)."""
         for old in os.listdir(self.folder):
             os.unlink(os.path.join(self.folder, old))
         if plan is not None:
@@ -83,7 +86,11 @@ class Board:
         r = self._raw
         r[_EPOCH], r[_RANK], r[_WORLD], r[_ROTATION] = epoch, rank, world_size, rotation
         r[_PLAN] = plan is not None
+        r[_ROUND] = round_
         r[_GEN] = generation
+
+    def round(self) -> int:
+        return int(self._raw[_ROUND])
 
     def read(self) -> tuple[int, int, int, int, int, Any]:
         """(generation, epoch, rank, world_size, rotation, plan or None)."""
@@ -181,22 +188,40 @@ class Feed(IterableDataset[Any]):
         self.board = board
         self.stage_bytes = stage_bytes
         self.arena = arena  # streambuf._arena.Arena, or None
+        self._made = 0  # in a worker: the iterations torch asked this process for
 
     def __iter__(self) -> Iterator[Tagged | Failure]:
+        """Not a generator: which iteration this one is, is decided *here*, when torch
+        makes the worker's fetcher: at the worker's start (round 0) and at each reset of
+        persistent workers (rounds 1, 2, ...). A worker counts the fetchers it was
+        asked to make; when the board is at another round, this fetcher belongs to an
+        iteration the main process already left (a worker slow to start, tasks of an
+        abandoned iteration still queued before the reset) and yields nothing. Bound
+        later (a generator reads the board at its first ``next``), such a fetcher would
+        run the *new* plan, take its credits for batches the reset discards, and block
+        before acknowledging the reset: a hang."""
         from torch.utils.data import get_worker_info
-
-        from .pipeline import WorkerContext
 
         info = get_worker_info()
         if info is None:
             raise RuntimeError("streambuf.Loader's dataset runs only in DataLoader workers")
+        mine, self._made = self._made, self._made + 1
+        if self.board.round() != mine:
+            return iter(())
+        return self._run(info, self.board.read())
+
+    def _run(
+        self, info: Any, read: tuple[int, int, int, int, int, Any]
+    ) -> Iterator[Tagged | Failure]:
+        from .pipeline import WorkerContext
+
         worker = info.id
         watch_parent()
         fix_malloc_thresholds()
         from . import _arena
 
         _arena.activate(self.arena, worker)
-        gen, epoch, rank, world, rotation, plan = self.board.read()
+        gen, epoch, rank, world, rotation, plan = read
         logical = (worker + rotation) % info.num_workers  # an in-order resume's rotation
         ctx = WorkerContext(rank, world, logical, info.num_workers, epoch, self.pipeline.seed)
         resume, progress = None, None
@@ -220,14 +245,20 @@ class Feed(IterableDataset[Any]):
                 try:
                     batch = next(batches)
                 except StopIteration:
-                    budget.cancel(worker, estimate)
+                    budget.cancel(worker, estimate, generation=gen)
                     return
                 except Exception as exc:
-                    budget.cancel(worker, estimate)
+                    budget.cancel(worker, estimate, generation=gen)
                     yield Failure.of(exc, worker=worker)
                     return
                 size = nbytes(batch)
-                budget.adjust(worker, size - estimate, batch_bytes=size, overshoot=size > estimate)
+                budget.adjust(
+                    worker,
+                    size - estimate,
+                    batch_bytes=size,
+                    overshoot=size > estimate,
+                    generation=gen,
+                )
                 estimate = max(size, 1) if first else max(estimate, size)
                 first = False
                 yield Tagged(worker, size, batch, (logical, it.snapshot()))

@@ -246,10 +246,22 @@ class CreditBudget:
             self._bells[worker].acquire(timeout=wait)
 
     def adjust(
-        self, worker: int, delta_bytes: int, *, batch_bytes: int = 0, overshoot: bool = False
+        self,
+        worker: int,
+        delta_bytes: int,
+        *,
+        batch_bytes: int = 0,
+        overshoot: bool = False,
+        generation: int | None = None,
     ) -> None:
-        """Correct a reservation by ``delta_bytes`` once the batch (``batch_bytes``) is built."""
+        """Correct a reservation by ``delta_bytes`` once the batch (``batch_bytes``) is built.
+
+        A reservation of an older ``generation`` was already forgotten by
+        ``new_generation``: correcting it would corrupt the new iteration's counts, so
+        that is a no-op (a worker still building an abandoned batch)."""
         with self._lock:
+            if generation is not None and self._g[_G_GEN] != generation:
+                return
             self._add(worker, delta_bytes, 0)
             self._g[_G_HELD_B] += batch_bytes
             if self._g[_G_HELD_B] > self._g[_G_PEAK_HELD_B]:
@@ -259,9 +271,12 @@ class CreditBudget:
             if delta_bytes < 0:
                 self._ring(worker)
 
-    def cancel(self, worker: int, nbytes: int) -> None:
-        """Give back a reservation that produced no batch."""
+    def cancel(self, worker: int, nbytes: int, *, generation: int | None = None) -> None:
+        """Give back a reservation that produced no batch (no-op for an older
+        ``generation``, as in ``adjust``)."""
         with self._lock:
+            if generation is not None and self._g[_G_GEN] != generation:
+                return
             self._add(worker, -nbytes, -1)
             self._ring(worker)
 

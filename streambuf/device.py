@@ -22,7 +22,50 @@ import torch
 from ._units import parse_bytes, parse_count
 from .sizing import nbytes
 
-__all__ = ["DevicePrefetcher", "map_tensors"]
+__all__ = ["DevicePrefetcher", "check_device", "map_tensors"]
+
+
+def check_device(value: Any, *, name: str = "device") -> torch.device | None:
+    """``value`` as a ``torch.device`` this process can use, or None (no device).
+
+    Checked when the object is built, not at the first batch: an unknown name, or an
+    accelerator that is not there (``"cuda"`` on a machine without CUDA, ``"cuda:3"``
+    with two GPUs) raises ``ValueError`` naming the option and what this machine has.
+    ``"cpu"`` is always accepted.
+
+    Raises:
+        TypeError: not a str, ``torch.device`` or None.
+        ValueError: unknown device, or not available here.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str | torch.device):
+        raise TypeError(f"{name}={value!r} must be a str like 'cuda', a torch.device or None")
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"{name}={value!r} is not a device torch knows: {exc}") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"{name}={value!r} but CUDA is not available in this process "
+                f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); pass "
+                f"{name}='cpu' or None, or install a CUDA build of torch on a GPU machine"
+            )
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(
+                f"{name}={value!r} but this machine has {count} CUDA device(s) "
+                f"(cuda:0..cuda:{count - 1})"
+            )
+        return dev
+    backend = getattr(torch, dev.type, None)  # torch.mps, torch.xpu, ...
+    available = getattr(backend, "is_available", None)
+    if callable(available) and not available():
+        raise ValueError(f"{name}={value!r} but {dev.type} is not available in this process")
+    return dev
 
 
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -65,7 +108,10 @@ class DevicePrefetcher:
         pin: bool = True,
     ) -> None:
         self._batches = batches
-        self.device = torch.device(device)
+        checked = check_device(device, name="device")
+        if checked is None:
+            raise TypeError("device= is required (e.g. 'cuda')")
+        self.device = checked
         self.depth = parse_count(depth, name="depth")
         self.max_bytes = None if max_bytes is None else parse_bytes(max_bytes)
         self.pin = pin

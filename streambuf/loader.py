@@ -54,7 +54,7 @@ from ._units import (
 )
 from ._worker import Board, Feed
 from .budget import CreditBudget
-from .device import DevicePrefetcher
+from .device import DevicePrefetcher, check_device
 from .errors import WorkerError
 from .pipeline import Pipeline, WorkerContext
 from .sharding import current_rank_world
@@ -135,7 +135,7 @@ class Loader:
         self.max_bytes = parse_bytes(max_bytes)
         self.in_order = check_bool(in_order, name="in_order")
         self.pin_memory = check_bool(pin_memory, name="pin_memory")
-        self.device = None if device is None else torch.device(device)
+        self.device = check_device(device)  # refused here, not at the first batch
         self.device_depth = parse_count(device_depth, name="device_depth")
         self.persistent_workers = check_bool(persistent_workers, name="persistent_workers")
         check_choice(multiprocessing_context, name="multiprocessing_context", choices=_CONTEXTS)
@@ -181,6 +181,7 @@ class Loader:
         self._board: Board | None = None
         self._arena: Any = None
         self._supervisor: Supervisor | None = None
+        self._round = 0  # resets of the current DataLoader iterator (streambuf._worker.Board)
         self._closed = False
         self._tracker = RunTracker(pipeline, num_workers=num_workers, in_order=self.in_order)
 
@@ -218,7 +219,7 @@ class Loader:
             pin_memory=self.pin_memory,
             in_order=self.in_order,
             multiprocessing_context=self._ctx if self._ctx_name else None,
-            timeout=min(POLL_S, self.timeout_s or POLL_S),  # the Supervisor's poll
+            timeout=0,  # the Supervisor bounds every wait (streambuf._supervise)
         )
         return self._dl
 
@@ -243,12 +244,24 @@ class Loader:
 
     # -- iteration --------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of the next iteration (reaches persistent workers too)."""
-        self._epoch = check_int(epoch, name="epoch")
+        """Set the epoch of the next iteration (reaches persistent workers too).
+
+        After ``load_state_dict``, only the epoch the state resumes is accepted (the
+        saved epoch, or the next one when the state is complete): the usual loop, with
+        ``loader.set_epoch(epoch)`` at the top of each epoch, keeps the resume. Another
+        epoch raises ``ValueError`` (it would drop the loaded state, or run the wrong
+        epoch)."""
+        epoch = check_int(epoch, name="epoch")
+        self._tracker.check_epoch(epoch)
+        self._epoch = epoch
 
     @property
     def epoch(self) -> int:
-        """The epoch of the next iteration: ``set_epoch``'s, else the pipeline's."""
+        """The epoch of the next iteration: a loaded state's, else ``set_epoch``'s, else
+        the pipeline's."""
+        loaded = self._tracker.loaded_epoch()
+        if loaded is not None:
+            return loaded
         return self.pipeline.epoch if self._epoch is None else self._epoch
 
     def __iter__(self) -> Iterator[Any]:
@@ -277,6 +290,8 @@ class Loader:
         assert self._budget is not None and self._board is not None
         if self._arena is not None and self._dl_iter is None:
             self._arena.reclaim()  # no worker runs now: free what no batch view holds
+        kept = getattr(dl, "_iterator", None) if self.persistent_workers else None
+        self._round = 0 if kept is None else self._round + 1
         gen = self._budget.new_generation()
         self._board.publish(
             generation=gen,
@@ -285,15 +300,20 @@ class Loader:
             world_size=world,
             rotation=plan.rotation,
             plan=plan.for_workers() if plan.resumes else None,
+            round_=self._round,
         )
         failed = False
+        poll_s = min(POLL_S, self.timeout_s or POLL_S)
         try:
-            self._dl_iter = iter(dl)
-            self._supervisor = Supervisor(
-                self._dl_iter,
-                timeout_s=self.timeout_s,
-                poll_s=min(POLL_S, self.timeout_s or POLL_S),
-            )
+            if kept is not None:  # persistent workers: iter() resets them, a wait
+                self._supervisor = Supervisor(kept, timeout_s=self.timeout_s, poll_s=poll_s)
+                with self._supervisor.waiting():
+                    self._dl_iter = iter(dl)
+            else:
+                self._dl_iter = iter(dl)
+                self._supervisor = Supervisor(
+                    self._dl_iter, timeout_s=self.timeout_s, poll_s=poll_s
+                )
             yield from self._count_workers(self._dl_iter, self._supervisor)
         except WorkerError:
             failed = True
@@ -320,10 +340,26 @@ class Loader:
           remaining sample of the epoch is delivered exactly once over the new ranks.
         * A state saved at the very end of an epoch: the next iteration is the next
           epoch.
+        * The shard list may have been rebuilt: shards are matched by name (the last
+          path component, a URL's query string dropped), so a reordered list, the same
+          files in another folder or bucket, or re-signed URLs resume exactly once;
+          shards *appended* to the list are read whole in the rest of the epoch. (A
+          reordered or extended list resumes like a new layout: with several ranks, pass
+          the states of all of them.) Pipelines of plain items are matched by count.
+        * ``set_epoch(e)`` afterwards: accepted when ``e`` is the epoch this state
+          resumes (``loader.epoch``: the saved epoch, or the next one when the state is
+          complete), so ``for epoch in range(start, n): loader.set_epoch(epoch); ...``
+          works unchanged; another ``e`` raises ``ValueError``.
+
+        The state is checked completely here, in this process, before anything uses it.
 
         Raises:
-            ValueError: not a streambuf state, a different pipeline (shards, stages,
-                seed), or an incomplete set of ranks for a new world size.
+            ValueError: not a streambuf state; a field missing, of the wrong type or out
+                of range (the message names its path, e.g.
+                ``state["workers"][1]["next_worker"]``); a different pipeline (stages,
+                seed); shards of the saved run missing from this list (removed or
+                replaced, named) or names that are not unique where the list changed;
+                another rank's state, or an incomplete set of ranks, for this layout.
         """
         self._tracker.load(state)
 

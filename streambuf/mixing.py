@@ -26,14 +26,13 @@ over every worker that ran the pipeline.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._ledger import Ledger, Rec
-from ._units import check_choice, check_int
+from ._units import check_choice, check_int, check_weight
 from .errors import add_note
 from .sharding import hash_seed
 
@@ -294,11 +293,15 @@ def mix(
             raise ValueError(
                 f"mix(): source {i} has equalize=; equalize the mixed pipeline's ranks by steps instead"
             )
-    w = [float(x) for x in weights]
-    if len(w) != len(pipelines):
-        raise ValueError(f"mix(): {len(w)} weights for {len(pipelines)} pipelines")
-    if any(not math.isfinite(x) or x <= 0 for x in w):
-        raise ValueError(f"mix(): weights={list(weights)} must be positive, finite numbers")
+    try:
+        given = [] if isinstance(weights, str | bytes) else list(weights)
+    except TypeError:  # not iterable
+        given = []
+    if not given:
+        raise TypeError(f"mix(): weights={weights!r} must be a list of numbers, one per source")
+    if len(given) != len(pipelines):
+        raise ValueError(f"mix(): {len(given)} weights for {len(pipelines)} pipelines")
+    w = [check_weight(x, name=f"weights[{i}]") for i, x in enumerate(given)]
     check_choice(stop, name="stop", choices=("all_exhausted", "first_exhausted", "never"))
     spec = MixSpec(
         tuple(pipelines),

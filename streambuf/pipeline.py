@@ -150,6 +150,12 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         self._shuffle_shards = check_bool(shuffle_shards, name="shuffle_shards")
         self._seed = check_int(seed, name="seed", minimum=-(1 << 63))
         if samples_per_shard is not None:
+            if not isinstance(samples_per_shard, int | Sequence) or isinstance(
+                samples_per_shard, str | bytes
+            ):
+                raise TypeError(
+                    f"samples_per_shard={samples_per_shard!r} must be an int or one int per shard"
+                )
             counts = (
                 [samples_per_shard] if isinstance(samples_per_shard, int) else samples_per_shard
             )
@@ -157,6 +163,13 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
                 check_int(c, name="samples_per_shard")
         self._samples_per_shard = samples_per_shard
         self._equalize = equalize
+        if equalize is not None:  # here, not in a worker at the first batch
+            if not self._is_seq:
+                raise ValueError(
+                    f"equalize={equalize!r} needs a sequence source (its length must be "
+                    "known); pass a list of shards"
+                )
+            self.sizes()  # samples_per_shard: given, and one count per shard
         self._rank_world: tuple[int, int] | None = (
             None if rank is None or world_size is None else (rank, world_size)
         )
@@ -269,8 +282,15 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
 
     # -- epochs -----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch; reaches DataLoader workers, persistent ones included."""
-        self._epoch.value = check_int(epoch, name="epoch")
+        """Set the epoch; reaches DataLoader workers, persistent ones included.
+
+        After ``load_state_dict`` (before the iteration that resumes it), only the
+        epoch the state resumes is accepted (the saved epoch, or the next one when the
+        state is complete), as ``Loader.set_epoch``: another raises ``ValueError``."""
+        epoch = check_int(epoch, name="epoch")
+        if self._resume is not None:
+            _state.check_set_epoch(self._resume, epoch)
+        self._epoch.value = epoch
 
     @property
     def epoch(self) -> int:
@@ -305,13 +325,16 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         sps = self._samples_per_shard
         if sps is None:
             raise ValueError(
-                "equalize needs the number of samples per shard: pass samples_per_shard= "
-                "(an int, or one count per shard)"
+                f"equalize={self._equalize!r} needs the number of samples per shard: pass "
+                "samples_per_shard= (an int, or one count per shard)"
             )
         if isinstance(sps, int):
             return [sps] * n
         if len(sps) != n:
-            raise ValueError(f"samples_per_shard has {len(sps)} counts for {n} shards")
+            raise ValueError(
+                f"samples_per_shard has {len(sps)} counts for {n} shards: give one count "
+                "per shard, in the order of the shard list (or one int for all)"
+            )
         return list(sps)
 
     def batch_counts(

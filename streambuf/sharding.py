@@ -124,10 +124,13 @@ def equal_batch_counts(
         ValueError: "pad" with a rank that has no samples at all (nothing to repeat).
     """
     slots = world_size * num_workers
-    per_slot = []
+    per_slot, whole = [], []
     for s in range(slots):
-        n = assign(len(sizes), order, s, slots).count(sizes, progress)
+        a = assign(len(sizes), order, s, slots)
+        n = a.count(sizes, progress)
         per_slot.append(n // batch_size if drop_last else math.ceil(n / batch_size))
+        full = n if progress is None else a.count(sizes, None)
+        whole.append(full // batch_size if drop_last else math.ceil(full / batch_size))
     counts = [per_slot[r * num_workers : (r + 1) * num_workers] for r in range(world_size)]
     totals = [sum(c) for c in counts]
     target = min(totals) if mode == "drop" else max(totals)
@@ -138,8 +141,9 @@ def equal_batch_counts(
                 w = max(range(num_workers), key=lambda i: (row[i], -i))
                 row[w] -= 1
         elif diff > 0:
-            # a worker can pad only if one pass over its data yields a batch
-            able = [w for w in range(num_workers) if per_slot[r * num_workers + w] > 0]
+            # a worker can pad only if one pass over its data yields a batch (its whole
+            # share: after an elastic resume it may have nothing left, but repeats it)
+            able = [w for w in range(num_workers) if whole[r * num_workers + w] > 0]
             if not able:
                 raise ValueError(
                     f"equalize='pad': rank {r} has no samples to repeat ({sum(sizes)} samples "

@@ -33,7 +33,7 @@ from typing import Any
 
 from ._collate import Collator
 from ._ledger import Ledger, Rec
-from ._units import check_bool, parse_bytes, parse_count, parse_optional_bytes
+from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
 from .prefetch import Prefetcher
 from .sharding import hash_seed
@@ -333,7 +333,7 @@ class _ShuffleRun:
                 yield rec
 
     def _size(self, rec: Rec) -> int:
-        return int(self.sizeof(rec.value)) if self.limit is not None else 0
+        return check_size(self.sizeof(rec.value)) if self.limit is not None else 0
 
     def _take(self) -> Rec:
         with self.ledger.lock:

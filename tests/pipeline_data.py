@@ -131,3 +131,111 @@ def with_lock(x: int):
 def quarter_mib(i: int) -> torch.Tensor:
     """A 256 KiB sample filled with its id (content checks survive slot reuse)."""
     return torch.full((1 << 16,), float(i), dtype=torch.float32)
+
+
+def nap(item: tuple[int, float]) -> int:
+    """``(id, seconds)``: sleep that long, return the id (stragglers among quick items)."""
+    time.sleep(item[1])
+    return item[0]
+
+
+def exit_zero_on_5(x: int) -> int:
+    """A stage that ends its worker process with code 0 before its end of stream."""
+    if x == 5:
+        import sys
+
+        sys.exit(0)
+    return x
+
+
+def exit_three_on_5(x: int) -> int:
+    if x == 5:
+        os._exit(3)
+    return x
+
+
+def segfault_on_5(x: int) -> int:
+    if x == 5:
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return x
+
+
+def nap_ids(item: tuple[int, float]) -> int:
+    time.sleep(item[1])
+    return item[0]
+
+
+def slow_key(sample: dict) -> str:
+    """A tar sample's key after 100 ms (a slow decode)."""
+    time.sleep(0.1)
+    return sample["__key__"]
+
+
+class LookupFailed(Exception):
+    """A user exception with a keyword-only attribute (torch's wrapper loses both)."""
+
+    def __init__(self, message: str, *, key: int) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __reduce__(self):
+        return (_rebuild_lookup_failed, (str(self), self.key))
+
+
+def _rebuild_lookup_failed(message: str, key: int) -> LookupFailed:
+    return LookupFailed(message, key=key)
+
+
+def chained_on_3(x: int) -> int:
+    """Item 3: ``raise ValueError from LookupFailed`` whose own context is a KeyError;
+    item 4: an implicit context only (raised while handling a ZeroDivisionError)."""
+    if x == 3:
+        try:
+            try:
+                {}[x]
+            except KeyError:
+                raise LookupFailed("no such key", key=x) from None
+        except LookupFailed as inner:
+            inner.add_note("looked in the index")
+            raise ValueError(f"cannot read sample {x}") from inner
+    if x == 4:
+        try:
+            x / 0
+        except ZeroDivisionError:
+            raise RuntimeError("while dividing")  # noqa: B904 (the implicit context is the point)
+    return x
+
+
+class BuiltLog:
+    """A stage after ``batch()`` that counts, per worker, the batches built and their
+    bytes in shared memory (one writer per slot, no lock): what the workers produced,
+    measured outside the budget. Picklable for spawn (shared ctypes travel at start)."""
+
+    def __init__(self, ctx, num_workers: int) -> None:
+        self.slots = ctx.RawArray("q", 2 * num_workers)
+
+    def __call__(self, batch):
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        w = info.id if info is not None else 0
+        self.slots[2 * w] += 1
+        self.slots[2 * w + 1] += tensor_bytes(batch)
+        return batch
+
+    def totals(self) -> tuple[int, int]:
+        s = list(self.slots)
+        return sum(s[0::2]), sum(s[1::2])
+
+
+def tensor_bytes(batch) -> int:
+    """Bytes of the tensors in a batch, computed here (element size x count)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.element_size() * batch.numel()
+    if isinstance(batch, (list, tuple)):
+        return sum(tensor_bytes(b) for b in batch)
+    if isinstance(batch, dict):
+        return sum(tensor_bytes(b) for b in batch.values())
+    return 0

@@ -50,6 +50,7 @@ from functools import partial
 from typing import Any
 
 from .._threads import join_all
+from .._units import check_size
 from ..buffer import ShardedBuffer
 from ..errors import BufferClosed, add_note
 from ..stats import BufferStats
@@ -207,7 +208,7 @@ class MapRun:
                     seq, idx, item, state = got
                     doing = f"mapping item #{seq}"
                     out = item if fn is None else fn(item)
-                    size = int(sizeof(out))
+                    size = check_size(sizeof(out))
                 except BaseException:
                     cancel(est)
                     raise

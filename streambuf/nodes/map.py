@@ -70,6 +70,8 @@ class _ThreadedNode(BaseNode[T]):
         self.name = name
         self.join_timeout_s = check_seconds(join_timeout_s, name="join_timeout_s")
         self._fn = fn
+        if not callable(sizeof):
+            raise TypeError(f"{name}: sizeof={sizeof!r} must be callable (item -> bytes)")
         self._sizeof = sizeof
         self._src_lock = threading.Lock()  # serialises the source, across runs
         self._run: MapRun | None = None

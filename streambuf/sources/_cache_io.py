@@ -221,6 +221,7 @@ class TeeRaw(io.RawIOBase):
     size = property(lambda self: self._inner.size)
     offset = property(lambda self: self._inner.offset)
     retries = property(lambda self: self._inner.retries)
+    content_type = property(lambda self: getattr(self._inner, "content_type", None))
 
     def readable(self) -> bool:
         return True

@@ -75,6 +75,7 @@ class _HTTPRaw(_RawBase):
             resp.close()
             raise
         if offset == self.start:  # nothing delivered yet: this answer's version is ours
+            self.content_type = resp.headers.get("Content-Type")
             etag = resp.headers.get("ETag")
             if etag and not etag.startswith("W/"):
                 self._validator = ("etag", etag)

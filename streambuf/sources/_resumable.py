@@ -153,6 +153,7 @@ class _RawBase(io.RawIOBase):
         self._window_s = rate_window_s
         self._win_bytes, self._win_busy_s = 0, 0.0  # this connection's current window
         self._slow = 0  # consecutive windows below the rate
+        self.content_type: str | None = None  # the first answer's, where the transport has one
 
     # transport hooks
     def _connect(self, offset: int) -> None:

@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .._failures import FailurePolicy
 from ..errors import ShardError, add_note
 from .cache import ShardCache, is_cacheable
-from .opener import IOCounters, ShardReader, open_stream
+from .opener import IOCounters, ShardReader, not_data_hint, open_stream
 from .options import ShardOptions
 from .tar import iter_tar_records
 from .urls import redact, secrets_of
@@ -46,6 +47,23 @@ _STAGE = "shards"
 # pending samples closer than this are fetched with one request, reading what lies
 # between (at ~20-100 MB/s per stream, 1 MiB costs about one request's latency)
 _MERGE_GAP = 1 << 20
+
+
+@contextmanager
+def _parsed_from(stream: ShardReader) -> Iterator[None]:
+    """A tar that fails to parse from an answer whose ``Content-Type`` is a page (an
+    HTML "not found" served with status 200): the error says so, the parse error is
+    kept as the cause (``opener.not_data_hint``)."""
+    try:
+        yield
+    except ShardError as exc:
+        hint = not_data_hint(stream.content_type) if exc.stage == "tar" else None
+        if hint is None:
+            raise
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        raise ShardError(
+            f"{hint}; reading it as a tar: {cause}", stage="tar", source=exc.source
+        ) from exc
 
 
 class _Prefixed:
@@ -184,7 +202,7 @@ class TarAccess:
         start = int(hint) if hint is not None else 0
         try:
             stream, head = self._stream_for(lane, shard, index, hint)
-            with stream:
+            with stream, _parsed_from(stream):
                 self._current[lane] = stream
                 src: Any = _Prefixed(head, stream) if head else stream
                 records = iter_tar_records(
@@ -238,7 +256,7 @@ class TarAccess:
         wanted = sorted(wanted, key=lambda w: w[0])
         if any(h is None for _, h in wanted):
             want = {i for i, _ in wanted}
-            with self._open(shard, 0, None) as stream:
+            with self._open(shard, 0, None) as stream, _parsed_from(stream):
                 records = iter_tar_records(
                     stream, url=name, limit=wanted[-1][0] + 1, **self.options.tar()
                 )
@@ -255,7 +273,7 @@ class TarAccess:
         for run in runs:
             want = {i for i, _ in run}
             start, end = int(run[0][1][0]), int(run[-1][1][1])
-            with self._open(shard, start, end - start) as stream:
+            with self._open(shard, start, end - start) as stream, _parsed_from(stream):
                 records = iter_tar_records(
                     stream,
                     url=name,

@@ -83,7 +83,7 @@ from ._cache_io import (
     verified,
 )
 from ._manifest import Manifest, Unavailable, make_room, used_bytes
-from .opener import ShardReader, open_range
+from .opener import ShardReader, not_data_hint, open_range
 from .urls import redact
 
 __all__ = ["CacheStats", "ShardCache", "cached_file", "is_cacheable"]
@@ -230,6 +230,9 @@ class ShardCache:
                 close_fd(lock)
             raise
         if lock is None:
+            return stream
+        if not_data_hint(stream.content_type) is not None:  # an error page is no entry
+            close_fd(lock)
             return stream
         writer = self._begin(key, url, stream.size, lock)
         if writer is None:

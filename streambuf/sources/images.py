@@ -95,6 +95,19 @@ class ImageDecoder:
     def decode(self, data: bytes, *, bound: int | None) -> Any:
         """The decoded image; refused from its header past ``bound`` bytes (None: no
         limit)."""
+        return self.decode_counted(data, bound=bound)[0]
+
+    def decode_counted(
+        self,
+        data: bytes,
+        *,
+        bound: int | None,
+        bound_name: str | None = None,
+        option: str = "max_decoded_bytes",
+    ) -> tuple[Any, int]:
+        """``(image, the bytes its header says it decodes to)``; refused from the header,
+        before any pixel is decoded, past ``bound`` (``bound_name`` says which limit that
+        is, ``option`` which argument raises it)."""
         try:
             from PIL import Image
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -106,23 +119,25 @@ class ImageDecoder:
             width, height = img.size
             need = width * height * max(len(img.getbands()), len(mode) * (4 if is_float else 1))
             if bound is not None and need > bound:
+                label = bound_name or f"max_decoded_bytes={bound}"
                 raise DecodedSizeError(
                     f"a {width}x{height} image decodes to {need} bytes, more than "
-                    f"max_decoded_bytes={bound}; raise max_decoded_bytes (None: no "
-                    "limit) if such images are expected, or store them smaller in the shards"
+                    f"{bound} ({label}); raise {option} (None: no limit) if such images are "
+                    "expected, or store them smaller in the shards"
                 )
             img.load()
             out = img.convert(mode)
         if kind == "pil":
-            return out
+            return out, need
         arr = np.asarray(out)
         if is_float:
             arr = arr.astype(np.float32) / 255.0
         if kind == "numpy":
-            return arr
+            return arr, need
         import torch
 
-        return torch.from_numpy(arr.transpose(2, 0, 1).copy() if arr.ndim == 3 else arr.copy())
+        tensor = torch.from_numpy(arr.transpose(2, 0, 1).copy() if arr.ndim == 3 else arr.copy())
+        return tensor, need
 
 
 def decode_image(data: bytes, *, max_decoded_bytes: int | None = 256 << 20) -> Any:

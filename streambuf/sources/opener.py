@@ -48,7 +48,24 @@ from ._http import _HTTPRaw
 from ._resumable import IOCounters, IOStats, _RawBase
 from .urls import secrets_of
 
-__all__ = ["IOCounters", "IOStats", "ShardReader", "open_stream"]
+__all__ = ["IOCounters", "IOStats", "ShardReader", "not_data_hint", "open_stream"]
+
+_PAGES = ("application/json", "application/xml", "application/xhtml+xml", "application/problem")
+
+
+def not_data_hint(content_type: str | None) -> str | None:
+    """For a read that failed to parse: a sentence saying the server answered a page
+    (``text/*``, HTML, JSON, XML: an error or login page served with status 200 for a
+    missing object), or None when the answer's type says nothing of the kind."""
+    if not content_type:
+        return None
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind.startswith("text/") or kind.startswith(_PAGES):
+        return (
+            f"the server answered Content-Type {kind}, not a tar: is the URL right? (a "
+            "missing object served as a page with status 200)"
+        )
+    return None
 
 
 class _FsspecRaw(_RawBase):
@@ -126,6 +143,11 @@ class ShardReader(io.BufferedReader):
     @property
     def retries(self) -> int:
         return self.raw.retries
+
+    @property
+    def content_type(self) -> str | None:
+        """The server's ``Content-Type`` (http(s)); None where there is none."""
+        return getattr(self.raw, "content_type", None)
 
     def abort(self) -> None:
         self.raw.abort()

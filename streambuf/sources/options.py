@@ -63,8 +63,8 @@ class ShardOptions:
         check_choice(self.order, name="order", choices=("round_robin", "first_ready"))
         if self.max_concurrent_io is not None:
             parse_count(self.max_concurrent_io, name="max_concurrent_io")
-        ra = self.readahead_bytes
-        put(self, "readahead_bytes", 0 if ra == 0 else parse_bytes(ra, name="readahead_bytes"))
+        ra = parse_bytes(self.readahead_bytes, name="readahead_bytes", allow_zero=True)
+        put(self, "readahead_bytes", ra)
         FailurePolicy(self.on_error, self.max_failures, stage="shards")  # validates both
         if self.max_failures is not None:
             check_int(self.max_failures, name="max_failures")
@@ -166,6 +166,11 @@ def _check_cache_dir(value: Any) -> str | None:
         return None
     if not isinstance(value, str | os.PathLike):
         raise TypeError(f"cache_dir={value!r} must be a path (str or os.PathLike) or None")
+    if not os.fspath(value).strip():
+        raise ValueError(
+            f"cache_dir={value!r} is empty (it would cache in the working directory); "
+            "pass a node-local folder, e.g. cache_dir='/local/scratch/shards', or None"
+        )
     path = os.path.abspath(os.fspath(value))
     if "://" in os.fspath(value):
         raise ValueError(f"cache_dir={value!r} must be a local folder, not a URL")

@@ -12,6 +12,8 @@ server) so the same faults apply to S3 traffic. Faults are set per path (``"*"``
 * ``trickle = (chunk_bytes, delay_s)``: every body is sent in small, delayed chunks.
 * ``bandwidth_bps``: every connection is paced to this many bytes per second.
 * ``ignore_range``: answer ``200`` with the whole file, whatever ``Range`` says.
+* ``content_types[path]``: the ``Content-Type`` of that path's answers (default
+  ``application/x-tar``), e.g. ``text/html`` for an error page served with ``200``.
 
 Like real servers, file answers carry ``Last-Modified`` and a strong ``ETag`` derived from
 the file's size and mtime (nginx's rule), and ``If-Range`` is honoured (RFC 9110 13.1.5):
@@ -66,6 +68,7 @@ class FaultyServer:
         self.bandwidth_bps: float | None = None
         self.ignore_range = False  # answer 200 with the whole body, like some servers do
         self.ignore_if_range = False  # serve Range even when If-Range no longer matches
+        self.content_types: dict[str, str] = {}  # path -> Content-Type (default: a tar)
         self.log: list[Record] = []
         self._lock = threading.Lock()
         self._fail: dict[str, list[int]] = defaultdict(list)
@@ -236,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
         rec = self._record(status, range_start)
         self.send_response(status)
-        self.send_header("Content-Type", "application/x-tar")
+        self.send_header("Content-Type", srv.content_types.get(path, "application/x-tar"))
         self.send_header("Content-Length", str(end - start + 1))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Last-Modified", last_modified)

@@ -222,7 +222,7 @@ def test_pipeline_decode_defaults_match_decoder() -> None:
 
     pipe = inspect.signature(Pipeline.decode).parameters
     dec = inspect.signature(Decoder).parameters
-    for name in ("on_error", "max_failures", "max_decoded_bytes"):
+    for name in ("on_error", "max_failures", "max_decoded_bytes", "max_decoded_sample_bytes"):
         assert pipe[name].default == dec[name].default
     assert Decoder().max_decoded_bytes == 256 << 20
 

@@ -118,7 +118,7 @@ def test_max_sample_bytes_counts_gz_fields_inflated(tmp_path: Path) -> None:
     assert Decoder(max_sample_bytes=10_100)(sample)["txt.gz"] == text.decode()
     with pytest.raises(ShardError, match="max_sample_bytes") as info:
         Decoder(max_sample_bytes=10_099)(sample)
-    assert "raise max_decoded_bytes= / max_sample_bytes=" in str(info.value)
+    assert "raise max_sample_bytes= of decode()" in str(info.value)  # the one that binds
     # Pipeline.decode takes the bound of shards(max_sample_bytes=)
     path = tmp_path / "s.tar"
     with tarfile.open(path, "w") as tar:
@@ -240,3 +240,134 @@ def test_decoding_in_threads_is_safe() -> None:
     for t in threads:
         t.join(timeout=30)
     assert len(results) == 80 and all(r == "y" * 100_000 for r in results)
+
+
+# -- the per-sample bound: a bomb spread over many fields (issue "Reliability II") -------
+
+MIB = 1 << 20
+
+
+def zeros_gz(mib: int) -> bytes:
+    """A valid gzip member of ``mib`` MiB of zeros (~1 KB per MiB), made in milliseconds:
+    after a full flush, the deflate output of one MiB of zeros repeats; the trailer's
+    CRC and size are those of the zeros (so the field decodes when allowed to)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    one = bytes(MIB)
+    head = c.compress(one) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(one) + c.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(mib):
+        crc = zlib.crc32(one, crc)
+    trailer = crc.to_bytes(4, "little") + ((mib * MIB) & 0xFFFFFFFF).to_bytes(4, "little")
+    return (
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + head + block * (mib - 1) + c.flush() + trailer
+    )
+
+
+def fields_tar(path: Path, key: str, sizes_mib: list[int]) -> None:
+    """One sample ``key`` whose fields ``f0.bin.gz``, ``f1.bin.gz``... inflate to
+    ``sizes_mib`` MiB of zeros each (``bin``: kept as bytes once gunzipped)."""
+    with tarfile.open(path, "w") as tar:
+        for i, mib in enumerate(sizes_mib):
+            data = zeros_gz(mib)
+            info = tarfile.TarInfo(f"{key}.f{i}.bin.gz")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_zeros_gz_is_valid_gzip() -> None:
+    assert gzip.decompress(zeros_gz(3)) == bytes(3 * MIB)
+    assert len(zeros_gz(250)) < 300_000
+
+
+def test_gz_fields_over_the_default_sample_bound_refused_before_they_inflate(
+    tmp_path: Path,
+) -> None:
+    """Default options through ``shards().decode()``: 12 fields of 250 MiB each (each
+    under max_decoded_bytes=256MiB, 2.9 GiB together) stop at the per-sample default,
+    1 GiB: the fifth field inflates only to what the first four left."""
+    path = tmp_path / "evil.tar"
+    fields_tar(path, "evil", [250] * 12)
+    assert path.stat().st_size < 4 * MIB
+    pipe = sb.shards([str(path)], lanes=1).decode()
+    errors: list[ShardError] = []
+
+    def run() -> None:
+        with pytest.raises(ShardError) as info:
+            list(pipe)
+        errors.append(info.value)
+
+    peak, elapsed = _peak_while(run)
+    msg = str(errors[0])
+    assert "'f4.bin.gz'" in msg and "'evil'" in msg and str(path) in msg, msg
+    assert f"max_decoded_sample_bytes={1 << 30}" in msg, msg
+    assert "raise max_decoded_sample_bytes=" in msg, msg
+    assert peak < (1 << 30) + 320 * MIB, peak  # the bound and one field's copy, not 2.9 GiB
+    assert peak < 12 * 250 * MIB // 2, peak
+    assert elapsed < 60, elapsed
+
+
+def test_sample_bound_is_the_gzip_readers_limit_not_a_count_afterwards(tmp_path: Path) -> None:
+    """With the bound set small: four 8 MiB fields, then one of 100 MiB. Its gzip reader
+    may inflate only what the first four left (8 MiB), so the peak stays near the bound
+    (counted after inflating, the peak would be 232 MiB)."""
+    path = tmp_path / "s.tar"
+    fields_tar(path, "k", [8, 8, 8, 8, 100])
+    pipe = sb.shards([str(path)], lanes=1).decode(max_decoded_sample_bytes="40MiB")
+    errors: list[ShardError] = []
+
+    def run() -> None:
+        with pytest.raises(ShardError) as info:
+            list(pipe)
+        errors.append(info.value)
+
+    peak, elapsed = _peak_while(run)
+    msg = str(errors[0])
+    assert "'f4.bin.gz'" in msg and "'k'" in msg and str(path) in msg, msg
+    assert f"max_decoded_sample_bytes={40 * MIB}" in msg, msg
+    assert peak < 64 * MIB, peak
+    assert elapsed < 20, elapsed
+    # within the bound the same sample decodes
+    ok = list(sb.shards([str(path)], lanes=1).decode(max_decoded_sample_bytes="132MiB"))
+    assert [len(ok[0][f"f{i}.bin.gz"]) for i in range(5)] == [8 * MIB] * 4 + [100 * MIB]
+
+
+def test_default_sample_bound_follows_max_decoded_bytes(tmp_path: Path) -> None:
+    """``"auto"`` is 4 x max_decoded_bytes: 1 GiB at the defaults; with
+    max_decoded_bytes='4MiB', six 3 MiB fields (18 MiB) pass each field's bound and
+    are refused as a sample (16 MiB); None for both turns the bounds off."""
+    assert Decoder().max_decoded_sample_bytes == 1 << 30
+    assert Decoder(max_decoded_bytes=None).max_decoded_sample_bytes is None
+    assert Decoder(max_decoded_sample_bytes="2GiB").max_decoded_sample_bytes == 2 << 30
+    path = tmp_path / "s.tar"
+    fields_tar(path, "k", [3] * 6)
+    with pytest.raises(ShardError, match=r"'f5.bin.gz' of sample 'k'.*max_decoded_sample_bytes"):
+        list(sb.shards([str(path)]).decode(max_decoded_bytes="4MiB"))
+    assert len(list(sb.shards([str(path)]).decode(max_decoded_bytes="5MiB"))) == 1  # 20 MiB
+    assert len(list(sb.shards([str(path)]).decode(max_decoded_sample_bytes=None))) == 1
+
+
+def test_images_count_against_the_sample_bound_from_their_headers() -> None:
+    pytest.importorskip("PIL.Image")
+    from tests.sources.test_decoders import png_bytes
+
+    png = png_bytes(200, 100)  # decodes to 60000 bytes
+    sample = {"__key__": "k", "__url__": "/x.tar", "a.png": png, "b.png": png, "c.png": png}
+    out = Decoder(max_decoded_sample_bytes=180_000)(sample)
+    assert isinstance(out, dict) and out["c.png"].shape == (100, 200, 3)
+    with pytest.raises(ShardError) as info:
+        Decoder(max_decoded_sample_bytes=179_999)(sample)
+    msg = str(info.value)
+    assert "'c.png'" in msg and "200x100 image decodes to 60000 bytes" in msg, msg
+    assert "max_decoded_sample_bytes=179999" in msg, msg
+    npz = npz_bytes(x=np.zeros(1000, np.uint8))
+    with pytest.raises(ShardError, match=r"'b.npz'.*max_decoded_sample_bytes=1500"):
+        Decoder(max_decoded_sample_bytes=1500)({"__key__": "k", "a.npz": npz, "b.npz": npz})
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "lots", "autox"])
+def test_sample_bound_option_validated(bad: object) -> None:
+    with pytest.raises((TypeError, ValueError), match="max_decoded_sample_bytes"):
+        Decoder(max_decoded_sample_bytes=bad)  # type: ignore[arg-type]
+    with pytest.raises((TypeError, ValueError), match="max_decoded_sample_bytes"):
+        sb.Pipeline([{}]).decode(max_decoded_sample_bytes=bad)  # type: ignore[arg-type]

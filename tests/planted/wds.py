@@ -1,11 +1,11 @@
-"""The webdataset-compatibility planted bugs (decoders, formats, verbs): ``tests/mutants.py``
-runs them with the others (``python tests/mutants.py wds`` for these alone). Each one must
+"""The webdataset-compatibility planted bugs (decoders, formats, verbs): ``tests/planted``
+gathers them with the others (``python tests/mutants.py wds`` for these alone). Each one must
 make the test files named beside it fail. No mutant lifts a size bound outright: a gzip
 bomb inflating to 10 GiB would take the machine with it, not fail a test."""
 
 from __future__ import annotations
 
-from tests.mutants import Mutant
+from tests.planted._mutant import planted
 
 COMPAT = "tests/sources/test_wds_compat.py"
 FORMATS = "tests/sources/test_formats.py"
@@ -14,8 +14,7 @@ D = "streambuf/sources/decoders.py"
 F = "streambuf/sources/formats.py"
 
 
-def _m(name: str, path: str, old: str, new: str, *tests: str) -> Mutant:
-    return Mutant(f"wds: {name}", path, old, new, tests)
+_m = planted("wds")
 
 
 MUTANTS = [

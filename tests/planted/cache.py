@@ -1,10 +1,10 @@
-"""The shard cache's planted bugs: ``tests/mutants.py`` runs them after its own (``make
+"""The shard cache's planted bugs: ``tests/planted`` gathers them with the others (``make
 mutants``; ``python tests/mutants.py cache`` for these alone, by name). Each one must make
 the cache test named beside it fail."""
 
 from __future__ import annotations
 
-from tests.mutants import Mutant
+from tests.planted._mutant import planted
 
 T = "tests/sources/test_cache.py"
 C = "streambuf/sources/cache.py"
@@ -14,8 +14,7 @@ A = "streambuf/sources/access.py"
 HALF = f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it"
 
 
-def _m(name: str, path: str, old: str, new: str, test: str) -> Mutant:
-    return Mutant(f"cache: {name}", path, old, new, (test if "::" in test else f"{T}::{test}",))
+_m = planted("cache", default_file=T)
 
 
 MUTANTS = [

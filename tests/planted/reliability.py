@@ -1,0 +1,110 @@
+"""The resume-reliability planted bugs (shard identities, state validation, the error
+for another rank's state, set_epoch after a load): ``tests/planted`` gathers them
+with the others. Each must make the test files named beside it fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+LIST = "tests/sources/test_resume_shard_list.py"
+CHECKS = "tests/test_resume_checks.py"
+IDENTITY = "streambuf/_identity.py"
+SCHEMA = "streambuf/_schema.py"
+
+
+_m = planted("reliability")
+
+
+MUTANTS = [
+    _m(
+        "shard identity by count only (no names in the state)",
+        IDENTITY,
+        "out = encode_names(names) if names is not None else None",
+        "out = None",
+        LIST,
+    ),
+    _m(
+        "a reordered list resumes by position",
+        IDENTITY,
+        "return [where[n] for n in old]",
+        "return None",
+        LIST,
+    ),
+    _m(
+        "the query string is part of a shard's identity",
+        IDENTITY,
+        'item = item.split("#", 1)[0].split("?", 1)[0]',
+        "item = item",
+        LIST,
+    ),
+    _m(
+        "duplicate names mapped anyway",
+        IDENTITY,
+        "    if ambiguous:\n",
+        "    if False:\n",
+        LIST,
+    ),
+    _m(
+        "elastic progress keeps the old shard indices",
+        "streambuf/_elastic.py",
+        "out.claims[mapping[shard]] = list(claims)",
+        "out.claims[shard] = list(claims)",
+        LIST,
+    ),
+    _m(
+        "state validation skips upper bounds",
+        SCHEMA,
+        "or (hi is not None and value >= hi)",
+        "or False",
+        CHECKS,
+    ),
+    _m(
+        "state validation accepts negative ints",
+        SCHEMA,
+        "(lo is not None and value < lo)",
+        "(lo is not None and value < lo and lo > 0)",
+        CHECKS,
+    ),
+    _m(
+        "state validation takes a bool for an int",
+        SCHEMA,
+        "or isinstance(value, bool)\n",
+        "or False\n",
+        CHECKS,
+    ),
+    _m(
+        "state validation skips missing keys",
+        SCHEMA,
+        'raise ValueError(f"{path}: the key {key!r} is missing")',
+        "continue",
+        CHECKS,
+    ),
+    _m(
+        "states not validated before use",
+        "streambuf/_state.py",
+        "    validate(state, stage_keys=keys, mix=pipe._mix is not None, path=path)\n",
+        "",
+        CHECKS,
+    ),
+    _m(
+        "another rank's state: the message names the loading rank as the saver",
+        "streambuf/_state.py",
+        "f\"this state was saved by rank {layout['rank']} of a run with \"",
+        'f"this state was saved by rank {rank} of a run with "',
+        CHECKS,
+    ),
+    _m(
+        "set_epoch after load_state_dict not checked",
+        "streambuf/_checkpoint.py",
+        "        if self._loaded is not None:\n            _state.check_set_epoch(",
+        "        if False:\n            _state.check_set_epoch(",
+        CHECKS,
+    ),
+    _m(
+        "loader.epoch ignores the loaded state",
+        "streambuf/loader.py",
+        "        if loaded is not None:\n            return loaded\n",
+        "",
+        CHECKS,
+    ),
+]
