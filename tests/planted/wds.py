@@ -19,10 +19,10 @@ _m = planted("wds")
 
 MUTANTS = [
     _m(
-        "gz fields counted at their compressed size against max_sample_bytes",
+        "gz fields not counted at their inflated size against max_sample_bytes",
         D,
-        "room -= used",
-        "room -= len(value)",
+        "room.take(sample=len(data), decoded=decoded)",
+        "room.take(sample=0 if decoded else len(data), decoded=decoded)",
         FORMATS,
     ),
     _m(
