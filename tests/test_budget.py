@@ -262,7 +262,7 @@ TestBudgetInline.settings = settings(max_examples=300, **SETTINGS)
 TestBudgetThreads = ThreadMachine.TestCase
 TestBudgetThreads.settings = settings(max_examples=100, **SETTINGS)
 TestBudgetProcesses = ProcessMachine.TestCase
-TestBudgetProcesses.settings = settings(max_examples=200, **SETTINGS)
+TestBudgetProcesses.settings = settings(max_examples=100, **SETTINGS)
 
 
 # -- free-running: blocked reservations are woken, bounds hold, nothing deadlocks -------

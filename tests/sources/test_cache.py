@@ -297,7 +297,8 @@ def test_damaged_entry_is_fetched_again(server: FaultyServer, tmp_path: Path, da
 
 
 # -- ranks x workers -----------------------------------------------------------------------
-@pytest.mark.parametrize("n_shards", [8, 2])  # 2 shards < 4 slots: readers share a shard
+# 2 shards < 4 slots: readers share a shard (CI); 8: one reader each (make test-long)
+@pytest.mark.parametrize("n_shards", [pytest.param(8, marks=pytest.mark.long), 2])
 def test_two_ranks_two_workers_write_each_shard_once(
     server: FaultyServer, tmp_path: Path, n_shards: int
 ) -> None:
