@@ -27,8 +27,8 @@ bench: $(STAMP)
 	$(PY) -m streambuf bench $(BENCH) --out bench-results
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check streambuf tests examples
-	$(VENV)/bin/ruff format --check streambuf tests examples
+	$(VENV)/bin/ruff check streambuf tests examples benchmarks
+	$(VENV)/bin/ruff format --check streambuf tests examples benchmarks
 
 types: $(STAMP)
 	$(VENV)/bin/mypy

@@ -1,14 +1,18 @@
 """streambuf: byte-bounded, sharded prefetch buffers that keep GPUs fed from streams.
 
-Public API only; see README.md and DESIGN.md.
+Public API only; see README.md and docs/design.md.
 """
 
 from __future__ import annotations
 
+from . import io as io  # byte transport: open_stream, expand_urls, the shard cache
 from . import nodes as nodes  # torchdata.nodes: Prefetcher, ParallelMapper, PipelineNode
 from . import video as video
+from . import wds as wds  # per-sample WebDataset functions: Decoder, ToTuple, ...
+from ._contracts import WorkerContext
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
+from .compose import Stage, StageState
 from .device import DevicePrefetcher
 from .errors import (
     BufferClosed,
@@ -21,7 +25,7 @@ from .errors import (
 )
 from .loader import Loader
 from .mixing import MixStats, mix, mix_stats
-from .pipeline import Pipeline, WorkerContext
+from .pipeline import Pipeline
 from .prefetch import Prefetcher, prefetch
 from .resources import Limits, Recommendation, read_limits, recommend
 from .sizing import nbytes
@@ -48,7 +52,9 @@ __all__ = [
     "Recommendation",
     "ShardError",
     "ShardedBuffer",
+    "Stage",
     "StageError",
+    "StageState",
     "StreambufError",
     "TooManyFailures",
     "TunerDecision",

@@ -4,7 +4,7 @@ A *budget domain* is the whole buffer when pooled and one lane's slice when shar
 What a domain holds is its queued items **plus its reservations**: a producer may
 ``reserve`` room for an item before it builds it (``put(..., reserved=n)`` then turns the
 reservation into the item, ``cancel`` gives it back), so an item under construction
-counts against the bounds exactly like a queued one. The bounds (DESIGN.md 1, 2):
+counts against the bounds exactly like a queued one. The bounds (docs/design.md 1, 2):
 
 * held items (queued + reserved) <= the domain's item limit;
 * held bytes (queued + reserved) <= the domain's byte limit, except that one item (or

@@ -18,18 +18,14 @@ from it (the same slot of the same layout: identical remainder); ``progress=`` (
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._access import ExpandAccess, ItemAccess
 from ._ledger import Ledger, Rec
-from ._source import SourceRun
-from .sharding import assign, shard_order
 from .stages import Batch, Env
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline, WorkerContext
+    from ._contracts import PipelineView, WorkerContext
 
 __all__ = ["Iteration"]
 
@@ -45,7 +41,7 @@ class Iteration:
 
     def __init__(
         self,
-        pipe: Pipeline,
+        pipe: PipelineView,
         ctx: WorkerContext,
         *,
         stage_bytes: int | None,
@@ -67,7 +63,7 @@ class Iteration:
             progress=progress,
         )
         self.target = None if counts is None else counts[ctx.rank][ctx.worker]
-        self._source: SourceRun | None = None
+        self._source: Any = None  # the source's run (cursor, unissued, partial)
         self._env: Env | None = None
         self._batched = any(isinstance(s, Batch) for s in pipe._stages)
 
@@ -79,65 +75,23 @@ class Iteration:
 
     # -- building one pass --------------------------------------------------------------
     def _open_source(self, env: Env, resume: dict[str, Any] | None) -> Iterator[Rec]:
-        pipe, ctx = self.pipe, self.ctx
-        if pipe._mix is not None:
-            from .mixing import MixRun
-
-            mixer = MixRun(
-                pipe._mix,
-                ctx,
-                ledger=self.ledger,
-                stage_bytes=self.stage_bytes,
-                cursor=resume["source"] if resume else None,
-                pending=resume["pending"] if resume else None,
-            )
-            self._source = mixer  # type: ignore[assignment]
-            env.partial = mixer.partial
-            return iter(mixer)
-        if not pipe._is_seq:
-            if resume is not None or self.progress is not None:
-                raise ValueError("a pipeline over a one-shot iterable cannot be resumed")
-            return (
-                Rec(x, (0, i), i)
-                for i, x in itertools.islice(enumerate(pipe._source), ctx.slot, None, ctx.slots)
-            )
-        source: Any = pipe._source
-        n = len(source)
-        order = shard_order(n, seed=pipe._seed, epoch=ctx.epoch, shuffle=pipe._shuffle_shards)
-        a = assign(n, order, ctx.slot, ctx.slots)
-        kw: dict[str, Any] = {}
-        if pipe._reader is not None:
-            run = pipe._reader.open(
-                source, ctx=ctx, stage_bytes=self.stage_bytes, stride=a.stride, offset=a.offset
-            )
-            access = run.access
-            kw = dict(
-                lanes=run.lanes,
-                order=run.order,
-                max_items=run.max_items,
-                max_bytes=run.max_bytes,
-                name=run.name,
-            )
-        else:
-            access = (
-                ItemAccess(source) if pipe._expand is None else ExpandAccess(source, pipe._expand)
-            )
-            kw = dict(lanes=1, name="source")
-        src = SourceRun(
-            access,
-            a.shards,
+        """The pipeline's source (``pipe._src``: a ``streambuf._source.SequenceSource``,
+        ``IterableSource`` or a mix's ``MixSpec``), opened for this slot and pass."""
+        pipe = self.pipe
+        src = pipe._src.open(
+            pipe,
+            self.ctx,
             ledger=self.ledger,
-            stride=a.stride,
-            offset=a.offset,
-            cursor=resume["source"] if resume else None,
-            pending=resume["pending"] if resume else None,
+            stage_bytes=self.stage_bytes,
+            resume=resume,
             progress=self.progress if self.pass_index == 0 else None,
-            **kw,
         )
         self._source = src
         env.partial = src.partial
         if pipe._equalize is not None:
-            return _within_declared(iter(src), pipe.sizes(), access, source, pipe._equalize)
+            return _within_declared(
+                iter(src), pipe.sizes(), src.access, pipe._source, pipe._equalize
+            )
         return iter(src)
 
     def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
@@ -201,16 +155,7 @@ class Iteration:
 
     def _fetch_access(self) -> Any:
         """An access to this slot's shards for fetching (no lanes started)."""
-        pipe, ctx = self.pipe, self.ctx
-        source: Any = pipe._source
-        if pipe._reader is not None:
-            n = len(source)
-            order = shard_order(n, seed=pipe._seed, epoch=ctx.epoch, shuffle=pipe._shuffle_shards)
-            a = assign(n, order, ctx.slot, ctx.slots)
-            return pipe._reader.open(
-                source, ctx=ctx, stage_bytes=self.stage_bytes, stride=a.stride, offset=a.offset
-            ).access
-        return ItemAccess(source) if pipe._expand is None else ExpandAccess(source, pipe._expand)
+        return self.pipe._src.access(self.pipe, self.ctx, stage_bytes=self.stage_bytes)
 
     def refetch(self, positions: list[tuple[int, ...]]) -> dict[tuple[int, ...], Any]:
         """Outputs at ``positions`` made again: their source samples fetched (grouped by

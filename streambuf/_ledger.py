@@ -93,13 +93,23 @@ class Ledger:
                 entry.settled.append(rec.pos[len(entry.pos)])
 
     def settle_all(self, rec: Rec) -> None:
-        """Settle ``rec``, or every sample in it when it is a batch."""
+        """Settle ``rec``, or every sample in it when it is a batch or a group (a user
+        stage's output: its members may be groups in turn)."""
         with self.lock:
-            for member in rec.members if rec.members is not None else (rec,):
-                self.settle(member)
+            if rec.members is None:
+                self.settle(rec)
+                return
+            for member in rec.members:
+                if member.members is None:
+                    self.settle(member)
+                else:
+                    self.settle_all(member)
 
     def is_open(self, rec: Rec) -> bool:
-        """True while ``rec`` is not settled (call under ``lock``)."""
+        """True while ``rec`` is not settled (a group: any of its members; call under
+        ``lock``)."""
+        if rec.members is not None:
+            return any(self.is_open(m) for m in rec.members)
         entry = self._open.get(rec.seq)
         if entry is None:
             return False

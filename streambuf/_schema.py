@@ -132,6 +132,15 @@ class Scoped(Spec):
         self.spec.check(value, path, {**env, **self.overrides})
 
 
+class Anything(Spec):
+    """Any value (a user's own state: only its owner knows its shape)."""
+
+    what = "any value"
+
+    def check(self, value: Any, path: str, env: Env) -> None:
+        return None
+
+
 class Opt(Spec):
     """None or ``spec``."""
 

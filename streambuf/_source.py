@@ -32,17 +32,20 @@ skipped (a shard is entered at the furthest known point), its pending samples fe
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from ._access import ExpandAccess, ItemAccess
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
 from .buffer import Order
+from .sharding import assign, shard_order
 from .sizing import nbytes
 
-__all__ = ["Access", "SourceRun"]
+__all__ = ["Access", "IterableSource", "SequenceSource", "SourceRun"]
 
 
 class Access(Protocol):
@@ -288,3 +291,127 @@ class SourceRun:
 def _sizeof_of(sizeof: Callable[[Any], int]) -> Callable[[Any], int]:
     """A lane item is ``(lane, slot_index, index, h0, h1, value)``: size its value."""
     return lambda item: sizeof(item[5])
+
+
+# -- the source kinds of a Pipeline: how one slot's stream is opened --------------------
+class SequenceSource:
+    """A list of shards: items (each a shard of one sample), ``expand``-ed shards, or a
+    ``SourceReader``'s (tar shards, videos). Configuration (picklable); ``open`` splits
+    the epoch's shard order for the slot (``streambuf.sharding``) and reads it with a
+    ``SourceRun``; ``access`` is the same split for fetching samples back by position."""
+
+    def __init__(self, shards: Sequence[Any], expand: Any = None, reader: Any = None) -> None:
+        self.shards, self.expand, self.reader = shards, expand, reader
+
+    def __eq__(self, other: object) -> bool:  # configuration: equal when its parts are
+        return isinstance(other, SequenceSource) and (
+            self.shards,
+            self.expand,
+            self.reader,
+        ) == (other.shards, other.expand, other.reader)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _split(self, pipe: Any, ctx: Any) -> Any:
+        n = len(self.shards)
+        order = shard_order(n, seed=pipe._seed, epoch=ctx.epoch, shuffle=pipe._shuffle_shards)
+        return assign(n, order, ctx.slot, ctx.slots)
+
+    def _access(self, ctx: Any, split: Any, stage_bytes: int | None) -> tuple[Any, dict[str, Any]]:
+        if self.reader is not None:
+            run = self.reader.open(
+                self.shards,
+                ctx=ctx,
+                stage_bytes=stage_bytes,
+                stride=split.stride,
+                offset=split.offset,
+            )
+            lanes = dict(
+                lanes=run.lanes,
+                order=run.order,
+                max_items=run.max_items,
+                max_bytes=run.max_bytes,
+                name=run.name,
+            )
+            return run.access, lanes
+        if self.expand is None:
+            return ItemAccess(self.shards), dict(lanes=1, name="source")
+        return ExpandAccess(self.shards, self.expand), dict(lanes=1, name="source")
+
+    def open(
+        self,
+        pipe: Any,
+        ctx: Any,
+        *,
+        ledger: Ledger,
+        stage_bytes: int | None,
+        resume: dict[str, Any] | None,
+        progress: Any,
+    ) -> SourceRun:
+        split = self._split(pipe, ctx)
+        access, lanes = self._access(ctx, split, stage_bytes)
+        return SourceRun(
+            access,
+            split.shards,
+            ledger=ledger,
+            stride=split.stride,
+            offset=split.offset,
+            cursor=resume["source"] if resume else None,
+            pending=resume["pending"] if resume else None,
+            progress=progress,
+            **lanes,
+        )
+
+    def access(self, pipe: Any, ctx: Any, *, stage_bytes: int | None) -> Any:
+        return self._access(ctx, self._split(pipe, ctx), stage_bytes)[0]
+
+
+class IterableSource:
+    """A one-shot iterable, split by position across slots (``islice``); not resumable
+    and not fetchable."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = items
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IterableSource) and self.items is other.items
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def open(
+        self,
+        pipe: Any,
+        ctx: Any,
+        *,
+        ledger: Ledger,
+        stage_bytes: int | None,
+        resume: dict[str, Any] | None,
+        progress: Any,
+    ) -> _OneShot:
+        if resume is not None or progress is not None:
+            raise ValueError("a pipeline over a one-shot iterable cannot be resumed")
+        return _OneShot(self.items, ctx.slot, ctx.slots)
+
+    def access(self, pipe: Any, ctx: Any, *, stage_bytes: int | None) -> Any:
+        raise ValueError("a pipeline over a one-shot iterable cannot fetch samples back")
+
+
+class _OneShot:
+    """The run of an ``IterableSource``: samples ``slot``, ``slot + slots``, ..."""
+
+    def __init__(self, items: Iterable[Any], slot: int, slots: int) -> None:
+        self.items, self.slot, self.slots = items, slot, slots
+        self.partial: dict[tuple[int, ...], list[int]] = {}
+
+    def __iter__(self) -> Iterator[Rec]:
+        for i, x in itertools.islice(enumerate(self.items), self.slot, None, self.slots):
+            yield Rec(x, (0, i), i)
+
+    def cursor(self) -> None:
+        return None
+
+    def unissued(self) -> list[list[Any]]:
+        return []
+
+    def close(self) -> None:
+        pass

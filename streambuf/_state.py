@@ -48,8 +48,8 @@ from .sharding import assign, shard_order
 from .stages import Shuffle
 
 if TYPE_CHECKING:
+    from ._contracts import PipelineView, WorkerContext
     from ._iteration import Iteration
-    from .pipeline import Pipeline, WorkerContext
 
 __all__ = [
     "check_loadable",
@@ -65,7 +65,7 @@ VERSION = 1
 KIND = "streambuf.state"
 
 
-def shape(pipe: Pipeline) -> str:
+def shape(pipe: PipelineView) -> str:
     """What must not change between save and load (the state's ``fingerprint``): shard
     shuffling, equalize, the stages and a mix's sources. The shard list is checked on
     its own, by identity (``streambuf._identity``), so that it may be reordered."""
@@ -76,13 +76,27 @@ def shape(pipe: Pipeline) -> str:
 
 def _stage_id(stage: Any) -> str:
     """A stage in ``shape``: its name, and a shuffle's own ``seed=`` when one is given
-    (it decides the rest of the order as much as the pipeline's seed does)."""
+    (it decides the rest of the order as much as the pipeline's seed does); a user
+    stage (``streambuf.Stage``) by its ``fingerprint()``: class and configuration."""
     if isinstance(stage, Shuffle) and stage.seed is not None:
         return f"{stage.name}:{stage.seed}"
+    fingerprint = getattr(stage, "fingerprint", None)
+    if callable(fingerprint):
+        return str(fingerprint())
     return str(stage.name)
 
 
-def fingerprint(pipe: Pipeline) -> str:
+def stage_keys(pipe: PipelineView) -> tuple[str, ...]:
+    """The stages whose state a snapshot holds: shuffles and user stages that own
+    state."""
+    return tuple(
+        str(k)
+        for k, s in enumerate(pipe._stages)
+        if isinstance(s, Shuffle) or getattr(s, "owns_state", False)
+    )
+
+
+def fingerprint(pipe: PipelineView) -> str:
     """``shape`` plus the exact shard list (count and names): a mix's sources, which
     resume only as saved. Computed once per pipeline object."""
     digest = _DIGESTS.get(pipe)
@@ -99,7 +113,7 @@ _HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
 )
 
 
-def _slot_has_data(pipe: Pipeline, epoch: int, slot: int, slots: int) -> bool:
+def _slot_has_data(pipe: PipelineView, epoch: int, slot: int, slots: int) -> bool:
     if pipe._mix is not None:
         return True  # its sources' shares: known only by running them
     known = _HAS_DATA.setdefault(pipe, {})
@@ -112,7 +126,7 @@ def _slot_has_data(pipe: Pipeline, epoch: int, slot: int, slots: int) -> bool:
 
 
 def run_state(
-    pipe: Pipeline,
+    pipe: PipelineView,
     *,
     epoch: int,
     rank: int,
@@ -158,7 +172,7 @@ def run_state(
     }
 
 
-def pipeline_state(pipe: Pipeline, it: Iteration | None) -> dict[str, Any]:
+def pipeline_state(pipe: PipelineView, it: Iteration | None) -> dict[str, Any]:
     """``Pipeline.state_dict()``: the in-process iteration as a one-slot run."""
     ctx = it.ctx if it is not None else pipe.context()
     workers: list[dict[str, Any] | None] = [None] * ctx.num_workers
@@ -177,7 +191,7 @@ def pipeline_state(pipe: Pipeline, it: Iteration | None) -> dict[str, Any]:
     )
 
 
-def _check_one(pipe: Pipeline, state: Any, path: str) -> dict[str, Any]:
+def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("kind") != KIND:
         raise ValueError(
             "load_state_dict() needs a state from streambuf's state_dict() (a dict with "
@@ -185,8 +199,7 @@ def _check_one(pipe: Pipeline, state: Any, path: str) -> dict[str, Any]:
         )
     if state.get("version") != VERSION:
         raise ValueError(f"state version {state.get('version')!r}; this streambuf reads {VERSION}")
-    keys = tuple(str(k) for k, s in enumerate(pipe._stages) if isinstance(s, Shuffle))
-    validate(state, stage_keys=keys, mix=pipe._mix is not None, path=path)
+    validate(state, stage_keys=stage_keys(pipe), mix=pipe._mix is not None, path=path)
     if state["seed"] != pipe.seed:
         raise ValueError(
             f"this state was saved by a pipeline with seed={state['seed']}, this one has "
@@ -203,7 +216,7 @@ def _check_one(pipe: Pipeline, state: Any, path: str) -> dict[str, Any]:
     return state
 
 
-def check_loadable(pipe: Pipeline, state: Any) -> dict[str, Any]:
+def check_loadable(pipe: PipelineView, state: Any) -> dict[str, Any]:
     """Validate a state or the states of all ranks of one run, completely (shape, types,
     ranges, pipeline, shard identities: ``ValueError`` naming the field or the shards);
     returns the plan input: ``{"epoch", "complete", "states", "remap"}`` where ``remap``
@@ -275,7 +288,7 @@ def check_set_epoch(plan: dict[str, Any], epoch: int) -> None:
 
 
 def worker_plan(
-    pipe: Pipeline, plan: dict[str, Any], *, rank: int, world_size: int, num_workers: int
+    pipe: PipelineView, plan: dict[str, Any], *, rank: int, world_size: int, num_workers: int
 ) -> tuple[int, str, list[dict[str, Any] | None] | None, Progress | None, int]:
     """How rank ``rank``'s workers resume: (epoch, mode, snapshots, progress, next_worker)
     with mode "fresh", "exact" or "elastic"."""
@@ -317,7 +330,7 @@ def worker_plan(
     return plan["epoch"], "elastic", None, progress, 0
 
 
-def _source_lanes(pipe: Pipeline) -> tuple[int, str] | None:
+def _source_lanes(pipe: PipelineView) -> tuple[int, str] | None:
     """(lanes, order) the pipeline's source reads a slot's shards with (before the cap
     at the slot's shard count), or None when the reader does not say."""
     reader = pipe._reader
@@ -332,7 +345,7 @@ def _source_lanes(pipe: Pipeline) -> tuple[int, str] | None:
     return None
 
 
-def _lanes_changed(pipe: Pipeline, state: dict[str, Any]) -> str | None:
+def _lanes_changed(pipe: PipelineView, state: dict[str, Any]) -> str | None:
     """Why ``state``'s lane cursors do not fit this pipeline's source (another
     ``lanes=`` or ``order=`` than saved), or None when they fit (or cannot be known: a
     mix, a reader that does not say). An exact resume restores each lane's cursor, so
@@ -402,7 +415,7 @@ def _one_rank_message(
 
 
 def plan_pipeline(
-    pipe: Pipeline, ctx: WorkerContext, plan: dict[str, Any] | None
+    pipe: PipelineView, ctx: WorkerContext, plan: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, Progress | None, WorkerContext]:
     """For an in-process iteration: (this slot's snapshot, progress, context)."""
     from dataclasses import replace

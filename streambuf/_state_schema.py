@@ -20,6 +20,7 @@ import functools
 from typing import Any
 
 from ._schema import (
+    Anything,
     Bool,
     Choice,
     Dict,
@@ -96,6 +97,12 @@ class Cursor(Spec):
 
 
 SHUFFLE = Dict({"counter": Int(0), "pool": List(POS), "emitted": List(POS)})
+USER_STAGE = Dict({"value": Anything()})  # streambuf.Stage with owns_state: the user's value
+STAGE = OneOf(
+    "a stage's state (a shuffle's, or a user stage's {'value': ...})",
+    (lambda v: isinstance(v, dict) and "counter" in v, SHUFFLE),
+    (lambda v: isinstance(v, dict) and "value" in v, USER_STAGE),
+)
 
 
 class Snapshot(Spec):
@@ -129,7 +136,7 @@ class Snapshot(Spec):
                 "last": Bool(),
                 "source": Opt(source),
                 "pending": List(MixRow() if mix else ROW),
-                "stages": MapOf(Int(0), SHUFFLE),
+                "stages": MapOf(Int(0), STAGE),
             }
         )
 
@@ -143,7 +150,8 @@ class Snapshot(Spec):
             missing, extra = sorted(want - have), sorted(have - want)
             raise ValueError(
                 f"{path}['stages']: expected the states of stages {sorted(want)} (this "
-                f"pipeline's shuffles, once its source is open); missing {missing}, "
+                f"pipeline's shuffles and stateful stages, once its source is open); "
+                f"missing {missing}, "
                 f"unexpected {extra}"
             )
 

@@ -111,7 +111,8 @@ class Tagged:
     """A batch on its way from ``worker`` to the main process (see module docstring).
 
     ``state`` is the worker's pipeline position just after this batch (plain data);
-    ``end`` marks the worker's last message of an iteration (no batch).
+    ``end`` marks a worker's share that ended without any batch (``batch`` None): it
+    carries that share's final state, so a checkpoint knows the share is done.
     """
 
     worker: int

@@ -11,13 +11,12 @@ that drops the samples it skipped (counted and logged per worker).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ._failures import OnError
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
-    from .sources.decoders import DecodeSpec
+    from .wds.decoders import DecodeSpec
 
 __all__ = ["SampleVerbs"]
 
@@ -28,12 +27,12 @@ class SampleVerbs:
     if TYPE_CHECKING:
         _reader: Any
 
-        def map(self, fn: Callable[[Any], Any], /, *, threads: int = 1) -> Pipeline: ...
+        def map(self, fn: Callable[[Any], Any], /, *, threads: int = 1) -> Self: ...
 
-        def filter(self, fn: Callable[[Any], bool], /) -> Pipeline: ...
+        def filter(self, fn: Callable[[Any], bool], /) -> Self: ...
 
-    def _sample_fn(self, fn: Any, *, threads: int = 1) -> Pipeline:
-        from .sources import not_skipped
+    def _sample_fn(self, fn: Any, *, threads: int = 1) -> Self:
+        from .wds import not_skipped
 
         pipe = self.map(fn, threads=threads)
         return pipe.filter(not_skipped) if fn.on_error == "skip" else pipe
@@ -47,8 +46,8 @@ class SampleVerbs:
         max_decoded_bytes: int | str | None = 256 << 20,
         max_sample_bytes: int | str | None = None,
         max_decoded_sample_bytes: int | str | None = "auto",
-    ) -> Pipeline:
-        """Decode WebDataset sample fields by extension (``streambuf.sources.Decoder``):
+    ) -> Self:
+        """Decode WebDataset sample fields by extension (``streambuf.wds.Decoder``):
         raw bytes unless a decoder matches; built-ins for ``*.gz`` (then the inner
         extension), npy, npz, tenbin, cbor, msgpack, json, txt/cls, pth and images.
 
@@ -61,8 +60,8 @@ class SampleVerbs:
         samples of several large volumes; None: no limit), each field stopped as soon as
         the total would pass it; ``max_sample_bytes`` (None: the
         ``shards(max_sample_bytes=)`` of this pipeline, if any) the sample with gz fields
-        at their inflated size. See ``streambuf.sources.decoders``."""
-        from .sources.decoders import Decoder
+        at their inflated size. See ``streambuf.wds.decoders``."""
+        from .wds.decoders import Decoder
 
         if max_sample_bytes is None:
             options = getattr(self._reader, "options", None)
@@ -84,12 +83,12 @@ class SampleVerbs:
         none_is_error: bool | None = None,
         on_error: OnError = "raise",
         max_failures: int | None = None,
-    ) -> Pipeline:
+    ) -> Self:
         """Turn dict samples into tuples of fields, as webdataset's ``to_tuple``:
         ``to_tuple("jpg;png", "cls")`` (first alternative present; ``"jpg cls"`` is
         split). A missing field raises ``ShardError`` naming it and the sample (or gives
-        None with ``missing_is_error=False``). ``streambuf.sources.ToTuple``."""
-        from .sources.fields import ToTuple
+        None with ``missing_is_error=False``). ``streambuf.wds.ToTuple``."""
+        from .wds.fields import ToTuple
 
         fn = ToTuple(
             *fields,
@@ -107,11 +106,11 @@ class SampleVerbs:
         on_error: OnError = "raise",
         max_failures: int | None = None,
         **mapping: str | list[str],
-    ) -> Pipeline:
+    ) -> Self:
         """Rename fields, as webdataset's ``rename``: ``rename(image="jpg;png",
         label="cls")`` (new=old); ``keep=False`` keeps only the renamed fields.
-        ``streambuf.sources.Rename``."""
-        from .sources.fields import Rename
+        ``streambuf.wds.Rename``."""
+        from .wds.fields import Rename
 
         fn = Rename(keep=keep, on_error=on_error, max_failures=max_failures, **mapping)
         return self._sample_fn(fn)
@@ -123,16 +122,16 @@ class SampleVerbs:
         on_error: OnError = "raise",
         max_failures: int | None = None,
         **fns: Callable[[Any], Any],
-    ) -> Pipeline:
+    ) -> Self:
         """Apply a function per field, as webdataset's ``map_dict``:
         ``map_dict(jpg=augment, cls=remap)`` (on a copy of each sample; ``threads`` as in
-        ``map``). ``streambuf.sources.MapDict``."""
-        from .sources.fields import MapDict
+        ``map``). ``streambuf.wds.MapDict``."""
+        from .wds.fields import MapDict
 
         fn = MapDict(on_error=on_error, max_failures=max_failures, **fns)
         return self._sample_fn(fn, threads=threads)
 
-    def select(self, predicate: Callable[[Any], bool], /) -> Pipeline:
+    def select(self, predicate: Callable[[Any], bool], /) -> Self:
         """Keep the samples for which ``predicate`` is true (webdataset's ``select``;
         the same stage as ``filter``)."""
         return self.filter(predicate)

@@ -132,6 +132,23 @@ def watch_parent(poll_s: float = PARENT_POLL_S) -> None:
 _malloc_fixed = False
 
 
+def _env_bytes(name: str, default: int) -> int:
+    """An environment variable holding a whole number >= 0 (``default`` when unset)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(
+            f"{name}={raw!r} must be a whole number >= 0 (bytes for the threshold, a count "
+            "for ARENA_MAX); unset it for the default"
+        )
+    return value
+
+
 def fix_malloc_thresholds() -> None:
     """In a worker: fix glibc's mmap/trim thresholds at 1 MiB (once per process).
 
@@ -150,7 +167,7 @@ def fix_malloc_thresholds() -> None:
     if _malloc_fixed:
         return
     _malloc_fixed = True
-    threshold = int(os.environ.get("STREAMBUF_MMAP_THRESHOLD", 1 << 20))
+    threshold = _env_bytes("STREAMBUF_MMAP_THRESHOLD", 1 << 20)
     if threshold <= 0:
         return
     try:
@@ -159,7 +176,7 @@ def fix_malloc_thresholds() -> None:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
         libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
-        arenas = int(os.environ.get("STREAMBUF_ARENA_MAX", 0))
+        arenas = _env_bytes("STREAMBUF_ARENA_MAX", 0)
         if arenas > 0:
             libc.mallopt(-8, arenas)  # M_ARENA_MAX
     except (OSError, AttributeError):
@@ -213,7 +230,7 @@ class Feed(IterableDataset[Any]):
     def _run(
         self, info: Any, read: tuple[int, int, int, int, int, Any]
     ) -> Iterator[Tagged | Failure]:
-        from .pipeline import WorkerContext
+        from ._contracts import WorkerContext
 
         worker = info.id
         watch_parent()
@@ -245,7 +262,11 @@ class Feed(IterableDataset[Any]):
                 try:
                     batch = next(batches)
                 except StopIteration:
-                    budget.cancel(worker, estimate, generation=gen)
+                    if first:  # no batch carried a snapshot: say where the share ended
+                        budget.adjust(worker, -estimate, batch_bytes=0, generation=gen)
+                        yield Tagged(worker, 0, None, (logical, it.snapshot()), end=True)
+                    else:
+                        budget.cancel(worker, estimate, generation=gen)
                     return
                 except Exception as exc:
                     budget.cancel(worker, estimate, generation=gen)

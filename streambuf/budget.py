@@ -10,7 +10,7 @@ bytes and batches it has produced that the main process has not yet handed to th
 * **Sharded** (``pooled=False``, for in-order delivery): worker ``w`` may hold at most its
   slice, ``max_bytes // num_workers`` and ``max_batches // num_workers`` (remainders to
   the first workers). In-order delivery waits for one particular worker; its credits
-  cannot be held by batches queued behind it, so it cannot deadlock (DESIGN.md 4).
+  cannot be held by batches queued behind it, so it cannot deadlock (docs/design.md 4).
 * **Pooled** (``pooled=True``, only for as-ready delivery): one pool for all workers.
 * A batch larger than the (slice of the) budget is admitted alone, when its worker holds
   nothing (pooled: when nothing is held at all), and counted in ``oversize``.

@@ -1,6 +1,6 @@
 """Byte- and count-bounded FIFO buffers: ``BoundedBuffer`` and ``ShardedBuffer``.
 
-Invariants (DESIGN.md 1, 2, 4), kept under one lock and checked by property tests:
+Invariants (docs/design.md 1, 2, 4), kept under one lock and checked by property tests:
 
 * **Byte bound.** Bytes held by a budget domain <= its byte limit, except that one item
   larger than the limit is admitted alone into an *empty* domain (never a deadlock) and

@@ -40,6 +40,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ._checkpoint import RunTracker
+from ._contracts import WorkerContext
 from ._supervise import POLL_S, Supervisor, kill_workers
 from ._transport import Failure, Tagged
 from ._units import (
@@ -56,7 +57,7 @@ from ._worker import Board, Feed
 from .budget import CreditBudget
 from .device import DevicePrefetcher, check_device
 from .errors import WorkerError
-from .pipeline import Pipeline, WorkerContext
+from .pipeline import Pipeline
 from .sharding import current_rank_world
 from .sizing import nbytes
 from .stats import LoaderStats
@@ -437,6 +438,8 @@ class Loader:
             budget.release(item.worker, item.nbytes)
             logical, snapshot = item.state
             self._tracker.delivered(logical, snapshot)
+            if item.end:  # a share that ended without a batch: its state, nothing to yield
+                continue
             if empty:
                 self._empty_gets += 1
             if self.tuner is not None:

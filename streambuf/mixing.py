@@ -37,8 +37,9 @@ from .errors import add_note
 from .sharding import hash_seed
 
 if TYPE_CHECKING:
+    from ._contracts import WorkerContext
     from ._iteration import Iteration
-    from .pipeline import Pipeline, WorkerContext
+    from .pipeline import Pipeline
 
 __all__ = ["MixStats", "mix", "mix_stats"]
 
@@ -110,6 +111,33 @@ class MixSpec:
         from ._state import fingerprint
 
         return f"mix[{self.stop};{','.join(fingerprint(p) for p in self.pipelines)}]"
+
+    def open(
+        self,
+        pipe: Any,
+        ctx: WorkerContext,
+        *,
+        ledger: Ledger,
+        stage_bytes: int | None,
+        resume: dict[str, Any] | None,
+        progress: Any,
+    ) -> MixRun:
+        """This slot's mixer for one iteration: the mixed pipeline's source (the Source
+        protocol of ``streambuf._source``). Exact resume only: ``progress`` is None."""
+        return MixRun(
+            self,
+            ctx,
+            ledger=ledger,
+            stage_bytes=stage_bytes,
+            cursor=resume["source"] if resume else None,
+            pending=resume["pending"] if resume else None,
+        )
+
+    def access(self, pipe: Any, ctx: WorkerContext, *, stage_bytes: int | None) -> Any:
+        raise ValueError(
+            "a mixed pipeline cannot fetch one sample back by position; mix() takes "
+            "plain pipelines as sources (pass every source to one mix())"
+        )
 
 
 class MixRun:
@@ -289,6 +317,18 @@ def mix(
             raise TypeError(f"mix(): source {i} is a {type(p).__name__}, not a streambuf.Pipeline")
         if any(isinstance(s, Batch) for s in p._stages):
             raise ValueError(f"mix(): source {i} is batched; mix samples, then .batch() the mix")
+        if p._mix is not None:
+            raise ValueError(
+                f"mix(): source {i} is itself a mix, whose samples cannot be made again "
+                "one at a time from their positions (a mix does, on resume); pass all "
+                "the sources to one mix() with their weights multiplied out"
+            )
+        held = [s.name for s in p._stages if not getattr(s, "replays", True)]
+        if held:
+            raise ValueError(
+                f"mix(): source {i} has the stage {held[0]!r}, which cannot make one sample "
+                "again from its position (a mix does, on resume); compose it after mix()"
+            )
         if p._equalize is not None:
             raise ValueError(
                 f"mix(): source {i} has equalize=; equalize the mixed pipeline's ranks by steps instead"
@@ -312,6 +352,7 @@ def mix(
     )
     pipe = Pipeline(list(range(len(pipelines))), seed=spec.seed)
     pipe._mix = spec
+    pipe._src = spec
     return pipe
 
 

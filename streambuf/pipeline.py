@@ -22,17 +22,18 @@ State: ``state_dict()``/``load_state_dict()`` checkpoint an in-process iteration
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from torch.utils.data import IterableDataset
 
 from . import _state
+from ._contracts import SourceReader, WorkerContext
 from ._iteration import Iteration
 from ._shared import SharedInt
+from ._source import IterableSource, SequenceSource
 from ._units import check_bool, check_choice, check_int
 from ._verbs import SampleVerbs
-from .buffer import Order
+from .compose import Stage as UserStage
 from .sharding import (
     Equalize,
     current_rank_world,
@@ -42,59 +43,7 @@ from .sharding import (
 )
 from .stages import Batch, Filter, Flatten, Map, Prefetch, Shuffle, Stage
 
-if TYPE_CHECKING:
-    from ._source import Access
-
-__all__ = ["Pipeline", "ReaderRun", "SourceReader", "WorkerContext"]
-
-
-@dataclass(frozen=True)
-class WorkerContext:
-    """Where one copy of a pipeline runs: the inputs of its deterministic order."""
-
-    rank: int
-    world_size: int
-    worker: int
-    num_workers: int
-    epoch: int
-    seed: int
-
-    @property
-    def slot(self) -> int:
-        return self.rank * self.num_workers + self.worker
-
-    @property
-    def slots(self) -> int:
-        return self.world_size * self.num_workers
-
-
-@dataclass
-class ReaderRun:
-    """What a ``SourceReader`` opens for one iteration: the access and its lanes."""
-
-    access: Access
-    lanes: int
-    order: Order = "round_robin"
-    max_items: int = 64
-    max_bytes: int = 256 << 20
-    name: str = "source"
-
-
-class SourceReader(Protocol):
-    """Reads the shards of a pipeline (``shards()``, ``video.clips()``): configuration
-    only (picklable); ``open`` is called in each worker for each iteration with the
-    slot's sample split (``stride``/``offset``) and its stage byte grant."""
-
-    def open(
-        self,
-        source: Sequence[Any],
-        /,
-        *,
-        ctx: WorkerContext,
-        stage_bytes: int | None,
-        stride: int,
-        offset: int,
-    ) -> ReaderRun: ...
+__all__ = ["Pipeline"]
 
 
 class Pipeline(SampleVerbs, IterableDataset[Any]):
@@ -145,6 +94,12 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
             raise TypeError("source must be a sequence of shards, not one string; wrap it in [...]")
         self._source = source
         self._is_seq = isinstance(source, Sequence)
+        # what Iteration opens: the one Source protocol (mix() puts its MixSpec here)
+        self._src: Any = (
+            SequenceSource(source, expand, reader)  # type: ignore[arg-type]
+            if self._is_seq
+            else IterableSource(source)
+        )
         self._expand = expand
         self._reader = reader
         self._shuffle_shards = check_bool(shuffle_shards, name="shuffle_shards")
@@ -227,6 +182,17 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
                 adaptive=adaptive,
             )
         )
+
+    def compose(self, stage: Any, /) -> Pipeline:
+        """Add a stage you wrote: an instance of a ``streambuf.Stage`` subclass (the
+        contract: ``streambuf.compose``; prove it resumes with
+        ``streambuf.testing.check_resume``)."""
+        if not isinstance(stage, UserStage):
+            raise TypeError(
+                f"compose() takes an instance of a streambuf.Stage subclass, got "
+                f"{type(stage).__name__}; for a function use .map(fn) or .filter(fn)"
+            )
+        return self._with(stage)
 
     def flatten(self) -> Pipeline:
         """Yield the elements of each item (an item that is a list of samples, e.g. the

@@ -9,7 +9,7 @@ against ``max_items``/``max_bytes`` too.
 
 * ``ordered=True``: item ``i`` goes to lane ``i % threads`` and the buffer delivers
   round-robin, so the output order is the source order whatever the timing; the budget is
-  sharded per lane, so in-order delivery cannot deadlock (DESIGN.md invariant 4).
+  sharded per lane, so in-order delivery cannot deadlock (docs/design.md invariant 4).
 * ``ordered=False``: lanes share one pool and items come out as soon as they are ready.
 * ``adaptive=True`` (with ``fn``): the function runs inline in the consumer's thread
   instead while that measures faster (a cheap function that holds the GIL: threads only

@@ -1,7 +1,7 @@
 """Who reads what: epoch-seeded shard order, rank x worker split, equal batch counts.
 
 A *slot* is one (rank, worker) pair: ``slot = rank * num_workers + worker``, ``slots =
-world_size * num_workers``. Rules (each checked by tests; DESIGN.md invariants 3 and 5):
+world_size * num_workers``. Rules (each checked by tests; docs/design.md invariants 3 and 5):
 
 * **Order.** With ``shuffle_shards`` the shard order is a permutation seeded by
   ``(seed, epoch)`` only, identical on every rank and worker.

@@ -16,8 +16,9 @@ worth trusting:
   sometimes is reported as unsteady and fails the run.
 * **Cheap to start**: each bug's pytest is forked from ``tests/_forkserver.py``, which
   imported torch & co once (about 1 s a bug instead of 4 on 2 cores). ``make mutants``'
-  own control runs through the same server, so a verdict cannot come from the forked
-  environment; ``--no-fork-server`` starts a fresh interpreter per bug.
+  own control runs through the same server. A fork starts faster, nothing else: a
+  verdict that differs with ``--no-fork-server`` (a fresh interpreter per bug) means a
+  test that guesses timings, to be fixed like any unsteady one.
 
 Prints ``N of N mutants killed`` and exits 1 unless every one was killed.
 

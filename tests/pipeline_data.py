@@ -139,6 +139,16 @@ def nap(item: tuple[int, float]) -> int:
     return item[0]
 
 
+def mark_then_nap(item: tuple[int, float, str | None]) -> int:
+    """``(id, seconds, marker)``: create the file ``marker`` (when given: the test then
+    knows this item is being made), sleep, return the id."""
+    if item[2] is not None:
+        with open(item[2], "a"):
+            pass
+    time.sleep(item[1])
+    return item[0]
+
+
 def exit_zero_on_5(x: int) -> int:
     """A stage that ends its worker process with code 0 before its end of stream."""
     if x == 5:

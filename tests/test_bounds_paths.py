@@ -20,7 +20,7 @@ import torch
 
 import streambuf as sb
 from streambuf.errors import ShardError
-from streambuf.sources import Decoder
+from streambuf.wds import Decoder
 from tests.sources.helpers import write_tar
 
 pytestmark = pytest.mark.timeout(120)

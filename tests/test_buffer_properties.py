@@ -1,7 +1,7 @@
 """Property tests: random sizes, lanes, speeds, set_limits and early close.
 
 An observer runs under the buffer's lock after every admission and removal and checks
-DESIGN.md invariants 1 and 2 at that moment; the consumer checks no loss, no duplicates,
+docs/design.md invariants 1 and 2 at that moment; the consumer checks no loss, no duplicates,
 per-lane FIFO and (round-robin) the deterministic order.
 """
 

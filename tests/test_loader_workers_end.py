@@ -26,6 +26,7 @@ from tests.pipeline_data import (
     chained_on_3,
     exit_three_on_5,
     exit_zero_on_5,
+    mark_then_nap,
     nap,
     segfault_on_5,
     sleepy,
@@ -242,18 +243,28 @@ def test_a_persistent_worker_killed_between_epochs_is_named_at_the_next_start(ti
         assert _ids(loader) == list(range(8))  # a fresh DataLoader after the failure
 
 
-def test_a_batch_abandoned_mid_build_leaves_no_credits_in_the_next_epoch():
-    """Break while both workers are building a batch (0.6 s each): they finish it under
-    the old generation. Those late corrections must not land in the next epoch's
-    credits: once that epoch's every batch is delivered, nothing is held or reserved."""
-    items = [(i, 0.3) for i in range(16)]
-    pipe = Pipeline(items).map(nap).batch(2)
+def test_a_batch_abandoned_mid_build_leaves_no_credits_in_the_next_epoch(tmp_path):
+    """Break while worker 0 is building a batch (item 6 takes 1 s): it finishes it under
+    the old generation. That late correction must not land in the next epoch's credits:
+    once that epoch's every batch is delivered, nothing is held or reserved. Worker 0
+    reads 0, 2, 4, 6, 8, ...: batch (0, 2) is made with item 4 as its lookahead, and item
+    6 begins only once that batch's credit came back, i.e. after ``next`` returned it.
+    The break waits until item 6 has begun (a marker file), so the build is in progress
+    at the break however loaded the machine (a timed guess was not: a planted bug
+    survived once in three runs)."""
+    marker = tmp_path / "item-6-begun"
+    items = [(i, 1.0 if i == 6 else 0.02, str(marker) if i == 6 else None) for i in range(16)]
+    pipe = Pipeline(items).map(mark_then_nap).batch(2)
     with Loader(
         pipe, num_workers=2, max_batches=2, max_bytes="1MiB", persistent_workers=True
     ) as loader:
         it = iter(loader)
-        next(it)
-        it.close()  # both workers are inside a batch now
+        next(it)  # worker 0's (0, 2); it then builds (4, 6) with 8 as its lookahead
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline, "worker 0 never began item 6"
+            time.sleep(0.005)
+        it.close()  # worker 0 is inside item 6 now
         it = iter(loader)
         got = [next(it) for _ in range(8)]  # the whole epoch, before its StopIteration
         assert _ids(got) == list(range(16))

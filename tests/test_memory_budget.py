@@ -1,4 +1,4 @@
-"""The byte budget across processes, measured the DESIGN.md way (system AnonPages +
+"""The byte budget across processes, measured the docs/design.md way (system AnonPages +
 Shmem, peak minus the same run with tiny samples), against DataLoader(prefetch_factor=8).
 
 32 MiB batches (32 x 1 MiB samples), 2 workers, a slow consumer. Each run is a child
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from streambuf.bench._harness import MIB, with_growth
-from streambuf.memwatch import available, budget_rule_bytes
+from streambuf.bench.memwatch import available, budget_rule_bytes
 
 pytestmark = [
     pytest.mark.timeout(600),

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import streambuf as sb
+from streambuf import WorkerContext
 from streambuf.mixing import MixRun
-from streambuf.pipeline import WorkerContext
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,6 +18,7 @@ import torch
 
 import streambuf as sb
 from streambuf._units import MAX_BYTES, parse_bytes
+from streambuf.io import open_stream
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,7 +106,7 @@ BYTE_OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ),
     "open_stream(block_bytes)": (
         "block_bytes",
-        lambda v: sb.sources.open_stream(TAR[2], block_bytes=v),
+        lambda v: open_stream(TAR[2], block_bytes=v),
     ),
     "nodes.ParallelMapper(max_bytes)": (
         "max_bytes",
@@ -367,3 +368,23 @@ def test_right_or_overstated_counts_still_pad(tmp_path: Path) -> None:
             world_size=2,
         ).batch(4)
         assert len(list(pipe)) == 3
+
+
+@pytest.mark.parametrize("raw", ["abc", "-5", "1.5", "1MiB"])
+def test_allocator_environment_variables_refuse_bad_values(monkeypatch, raw):
+    from streambuf._worker import _env_bytes
+
+    monkeypatch.setenv("STREAMBUF_MMAP_THRESHOLD", raw)
+    with pytest.raises(ValueError, match=r"STREAMBUF_MMAP_THRESHOLD=.*whole number"):
+        _env_bytes("STREAMBUF_MMAP_THRESHOLD", 1 << 20)
+
+
+def test_allocator_environment_variables_default_and_values(monkeypatch):
+    from streambuf._worker import _env_bytes
+
+    monkeypatch.delenv("STREAMBUF_ARENA_MAX", raising=False)
+    assert _env_bytes("STREAMBUF_ARENA_MAX", 7) == 7
+    monkeypatch.setenv("STREAMBUF_ARENA_MAX", " 4 ")
+    assert _env_bytes("STREAMBUF_ARENA_MAX", 7) == 4
+    monkeypatch.setenv("STREAMBUF_ARENA_MAX", "0")
+    assert _env_bytes("STREAMBUF_ARENA_MAX", 7) == 0

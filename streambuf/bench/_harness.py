@@ -4,7 +4,7 @@ medians and the environment record.
 A *run* is one loader configuration (a JSON-able dict naming its ``runner``,
 ``"module:function"``) executed either in a fresh child process (``python -m
 streambuf.bench._child``: allocator state and imports never leak between runs) while
-this process samples system used memory (``streambuf.memwatch``, DESIGN.md "Measuring
+this process samples system used memory (``streambuf.bench.memwatch``, docs/design.md "Measuring
 memory"), or, for the tiny smoke-test sizes, in this process. Repeats are interleaved
 (A B C, A B C, ...) so that machine noise hits every side alike; figures are medians.
 """
@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..memwatch import MemoryWatch
 from ._deps import package_versions, progress
+from .memwatch import MemoryWatch
 
 __all__ = [
     "MIB",

@@ -209,3 +209,14 @@ def plot_ladder(
     plt.close(fig)
     print(f"wrote {path}", flush=True)
     return path
+
+
+def finish(name: str, out: str | None, *, file: str | None = None, **fields: Any) -> dict[str, Any]:
+    """Every benchmark's report, in one shape: ``{"benchmark": name, "environment": ...,
+    **fields}`` (its mode, rows, headline, table and own settings), written to
+    ``out/<file or name>.json`` (when ``out``) and returned."""
+    from ._harness import environment
+
+    report = {"benchmark": name, "environment": environment(), **fields}
+    write_json(out, file or name, report)
+    return report

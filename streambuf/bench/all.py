@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from . import load
-from ._harness import environment, mode_of
-from ._report import headline_table, write_json
+from ._harness import mode_of
+from ._report import finish, headline_table
 
 ORDER = (
     "latency",
@@ -66,17 +66,17 @@ def run(
     text = headline_table(heads)
     for name, why in {**skipped, **errors}.items():
         print(f"{name}: {'skipped' if name in skipped else 'FAILED'}: {why}")
-    report = {
-        "benchmark": "all",
-        "mode": mode,
-        "environment": environment(),
-        "headline": heads,
-        "skipped": skipped,
-        "errors": errors,
-        "seconds": seconds,
-        "table": text,
-    }
-    write_json(out, "headline", report)
+    report = finish(
+        "all",
+        out,
+        file="headline",
+        mode=mode,
+        headline=heads,
+        skipped=skipped,
+        errors=errors,
+        seconds=seconds,
+        table=text,
+    )
     if out:
         (Path(out) / "headline.md").write_text(text + "\n")
     return report

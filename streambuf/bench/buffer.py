@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from ..buffer import BoundedBuffer
-from ._harness import environment, mode_of
-from ._report import Headline, print_table, write_json
+from ._harness import mode_of
+from ._report import Headline, finish, print_table
 
 _STOP = object()
 
@@ -108,14 +108,13 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         )
         for name, r in results.items()
     ]
-    report = {
-        "benchmark": "buffer",
-        "mode": mode,
-        "environment": environment(),
-        "repeats": repeats,
-        "results": results,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-    }
-    write_json(out, "buffer", report)
+    report = finish(
+        "buffer",
+        out,
+        mode=mode,
+        repeats=repeats,
+        results=results,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+    )
     return report

@@ -5,7 +5,7 @@ batch 32 (8 MiB batches), 2 workers x 8 threads, a 30 ms train step. In slow pha
 producers fall behind the step; only batches buffered during fast phases carry the
 consumer through. Compared in one run, interleaved: streambuf with a fixed small depth,
 a fixed large depth, and the adaptive depth (starting small, growing while the consumer
-waits). Reported: consumer wait %, memory growth (DESIGN.md) and peak bytes in flight.
+waits). Reported: consumer wait %, memory growth (docs/design.md) and peak bytes in flight.
 
 This is an ablation of streambuf's own tuner, not a comparison with a peer (the peers'
 depth cannot change at run time: the fixed depths are what they can do), so it has no
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._harness import MIB, environment, interleaved, mode_of, summarise, with_growth
-from ._report import check_runs, print_table, write_json
+from ._harness import MIB, interleaved, mode_of, summarise, with_growth
+from ._report import check_runs, finish, print_table
 
 RUNNER = "streambuf.bench.workloads:run_loader"
 
@@ -80,13 +80,12 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
             for r in rows
         ],
     )
-    report = {
-        "benchmark": "bursty",
-        "mode": mode,
-        "environment": environment(),
-        "rows": rows,
-        "headline": [],  # an ablation of the tuner: no peer (see the module docstring)
-        "table": text,
-    }
-    write_json(out, "bursty", report)
+    report = finish(
+        "bursty",
+        out,
+        mode=mode,
+        rows=rows,
+        headline=[],  # an ablation of the tuner: no peer (see the module docstring)
+        table=text,
+    )
     return report

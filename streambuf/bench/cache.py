@@ -33,8 +33,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from ._deps import require
-from ._harness import environment, interleaved, median, mode_of
-from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._harness import interleaved, median, mode_of
+from ._report import Headline, best_peer, check_runs, finish, print_table
 from ._servers import loopback_only, serve
 from ._shards import make_shards, to_tensor, wds_sample
 from .network import _measure, settings
@@ -203,14 +203,13 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         ],
         table,
     )
-    report = {
-        "benchmark": "cache",
-        "mode": mode,
-        "environment": environment(),
-        "settings": s,
-        "rows": rows,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-    }
-    write_json(out, "cache", report)
+    report = finish(
+        "cache",
+        out,
+        mode=mode,
+        settings=s,
+        rows=rows,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+    )
     return report

@@ -22,7 +22,7 @@ Zero-latency rows of each (the transport ceiling: what each loader moves when th
 samples cost nothing) sit beside them, with streambuf also at ``adaptive=False`` (its
 threads always used, the ablation of running cheap work inline), and the DataLoader's theoretical ceiling
 ``workers / (latency x batch)``. Every run is a fresh child process; memory growth per
-DESIGN.md (the run's peak AnonPages + Shmem minus the same run with 1-element samples),
+docs/design.md (the run's peak AnonPages + Shmem minus the same run with 1-element samples),
 measured in full runs. Repeats interleaved, medians quoted.
 
     streambuf bench latency [--quick] [--out DIR]
@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._harness import MIB, environment, interleaved, mode_of, run_config, summarise, with_growth
-from ._report import Headline, best_peer, check_runs, plot_ladder, print_table, write_json
+from ._harness import MIB, interleaved, mode_of, run_config, summarise, with_growth
+from ._report import Headline, best_peer, check_runs, finish, plot_ladder, print_table
 
 LATENCY_S = 0.010
 BATCH = 32
@@ -210,19 +210,18 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         for lat in (LATENCY_S, 0.0)
         if (h := _headline(rows, wl, lat)) is not None
     ]
-    report = {
-        "benchmark": "latency",
-        "mode": mode,
-        "environment": environment(),
-        "settings": s,
-        "latency_s": LATENCY_S,
-        "batch_size": BATCH,
-        "dataloader_ceiling_batches_per_s": ceiling,
-        "rows": rows,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-    }
-    write_json(out, "latency", report)
+    report = finish(
+        "latency",
+        out,
+        mode=mode,
+        settings=s,
+        latency_s=LATENCY_S,
+        batch_size=BATCH,
+        dataloader_ceiling_batches_per_s=ceiling,
+        rows=rows,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+    )
     ladder = [r for r in rows if r["kind"] == "dataloader" and r["config"]["latency_s"] > 0]
     ladder = [r for r in ladder if r["config"]["workload"] == "seed"]
     others = [r for r in rows if r["kind"] != "dataloader" and r["config"]["latency_s"] > 0]

@@ -1,7 +1,7 @@
 """Memory growth of ``DataLoader(prefetch_factor=k)`` against streambuf's byte budget.
 
 1 MiB samples, batch 32 (32 MiB batches), 2 workers, a slow consumer (150 ms a batch)
-so that every queue fills up. Each run is a child process; growth per DESIGN.md
+so that every queue fills up. Each run is a child process; growth per docs/design.md
 ("Measuring memory"): the run's peak system used memory (``AnonPages + Shmem``, sampled
 every 20 ms) minus the peak of the same run with 1-element samples. The rule streambuf
 must keep: growth <= 1.25 x max_bytes + 100 MiB. The strongest peer is the DataLoader
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..memwatch import budget_rule_bytes
-from ._harness import MIB, environment, interleaved, mode_of, summarise, with_growth
-from ._report import Headline, best_peer, check_runs, plot_ladder, print_table, write_json
+from ._harness import MIB, interleaved, mode_of, summarise, with_growth
+from ._report import Headline, best_peer, check_runs, finish, plot_ladder, print_table
+from .memwatch import budget_rule_bytes
 
 RUNNER = "streambuf.bench.workloads:run_loader"
 
@@ -96,15 +96,14 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         how=f"{sb['name']} at {sb['batches_per_s']:.2f} batches/s vs {peer['name']} at "
         f"{peer['batches_per_s']:.2f}; growth = peak AnonPages+Shmem minus the tiny-sample run",
     )
-    report = {
-        "benchmark": "memory",
-        "mode": mode,
-        "environment": environment(),
-        "rows": rows,
-        "headline": [head.as_dict()],
-        "table": text,
-    }
-    write_json(out, "memory", report)
+    report = finish(
+        "memory",
+        out,
+        mode=mode,
+        rows=rows,
+        headline=[head.as_dict()],
+        table=text,
+    )
     plot_ladder(
         out,
         "memory",

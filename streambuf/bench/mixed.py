@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._harness import environment, interleaved, mode_of, run_config, summarise
-from ._report import Headline, best_peer, check_runs, plot_ladder, print_table, write_json
+from ._harness import interleaved, mode_of, run_config, summarise
+from ._report import Headline, best_peer, check_runs, finish, plot_ladder, print_table
 from .workloads import calibrate_spin
 
 SHAPE = [3, 64, 64]
@@ -121,18 +121,17 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         how=f"batch {BATCH}, {s['workers']} workers x {s['threads']} threads vs DataLoader "
         "pf ladder and torchdata.nodes threads at equal total threads",
     )
-    report = {
-        "benchmark": "mixed",
-        "mode": mode,
-        "environment": environment(),
-        "settings": s,
-        "cpu_iters": cpu_iters,
-        "cpu_s_target": CPU_S,
-        "rows": rows,
-        "headline": [head.as_dict()],
-        "table": text,
-    }
-    write_json(out, "mixed", report)
+    report = finish(
+        "mixed",
+        out,
+        mode=mode,
+        settings=s,
+        cpu_iters=cpu_iters,
+        cpu_s_target=CPU_S,
+        rows=rows,
+        headline=[head.as_dict()],
+        table=text,
+    )
     ladder = [r for r in rows if r["kind"] == "dataloader"]
     plot_ladder(
         out,

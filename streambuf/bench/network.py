@@ -39,8 +39,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ._deps import importable, require
-from ._harness import environment, interleaved, mode_of, summarise
-from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._harness import interleaved, mode_of, summarise
+from ._report import Headline, best_peer, check_runs, finish, print_table
 from ._servers import loopback_only, serve
 from ._shards import RangeDataset, WdsS3Handler, make_shards, to_tensor, upload, wds_sample
 from .workloads import loader_stats
@@ -304,15 +304,14 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
     )
     for key, why in notes.items():
         print(f"{key}: {why}")
-    report = {
-        "benchmark": "network",
-        "mode": mode,
-        "environment": environment(),
-        "settings": s,
-        "notes": notes,
-        "rows": rows,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-    }
-    write_json(out, "network", report)
+    report = finish(
+        "network",
+        out,
+        mode=mode,
+        settings=s,
+        notes=notes,
+        rows=rows,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+    )
     return report

@@ -35,8 +35,8 @@ import time
 import weakref
 from typing import Any
 
-from ._harness import MIB, environment, interleaved, mode_of, run_config, summarise
-from ._report import Headline, check_runs, print_table, write_json
+from ._harness import MIB, interleaved, mode_of, run_config, summarise
+from ._report import Headline, check_runs, finish, print_table
 
 LATENCY_S = 0.010
 THREADS = 16
@@ -297,14 +297,13 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         ],
         table,
     )
-    report = {
-        "benchmark": "nodes",
-        "mode": mode,
-        "environment": environment(),
-        "settings": s,
-        "rows": rows,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-    }
-    write_json(out, "nodes", report)
+    report = finish(
+        "nodes",
+        out,
+        mode=mode,
+        settings=s,
+        rows=rows,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+    )
     return report

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._harness import environment, mode_of
-from ._report import Headline, print_table, write_json
+from ._harness import mode_of
+from ._report import Headline, finish, print_table
 from ._servers import serve
 from ._shards import make_shards
 
@@ -139,14 +139,13 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
             how="2 workers x 3 lanes, 8 shards over loopback HTTP; resume at batch 12",
         )
     ]
-    report = {
-        "benchmark": "resume",
-        "mode": mode,
-        "environment": environment(),
-        "state_dict": state,
-        "resume": resume,
-        "headline": [h.as_dict() for h in heads],
-        "table": t1 + "\n" + t2,
-    }
-    write_json(out, "resume", report)
+    report = finish(
+        "resume",
+        out,
+        mode=mode,
+        state_dict=state,
+        resume=resume,
+        headline=[h.as_dict() for h in heads],
+        table=t1 + "\n" + t2,
+    )
     return report

@@ -20,8 +20,8 @@ import statistics
 from typing import Any
 
 from .._compact import StrList
-from ._harness import environment, mode_of
-from ._report import Headline, print_table, write_json
+from ._harness import mode_of
+from ._report import Headline, finish, print_table
 
 MIB = 1 << 20
 
@@ -85,15 +85,14 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
             how="2 forked workers, one epoch, Private_Dirty after the first batch -> end",
         )
     ]
-    report = {
-        "benchmark": "scale",
-        "mode": mode,
-        "environment": environment(),
-        "shards": n,
-        "list": as_list,
-        "strlist": compact,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-    }
-    write_json(out, "scale", report)
+    report = finish(
+        "scale",
+        out,
+        mode=mode,
+        shards=n,
+        list=as_list,
+        strlist=compact,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+    )
     return report

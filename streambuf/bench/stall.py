@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._harness import MIB, environment, interleaved, mode_of, run_config, summarise
-from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._harness import MIB, interleaved, mode_of, run_config, summarise
+from ._report import Headline, best_peer, check_runs, finish, print_table
 
 RUNNER = "streambuf.bench.workloads:run_loader"
 
@@ -76,13 +76,12 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
         how=f"consumer waits {100 * sb['wait_fraction']:.1f}% (streambuf) vs "
         f"{100 * peer['wait_fraction']:.1f}% ({peer['name']}); {cfgs[0]['workers']} workers",
     )
-    report = {
-        "benchmark": "stall",
-        "mode": mode,
-        "environment": environment(),
-        "rows": rows,
-        "headline": [head.as_dict()],
-        "table": text,
-    }
-    write_json(out, "stall", report)
+    report = finish(
+        "stall",
+        out,
+        mode=mode,
+        rows=rows,
+        headline=[head.as_dict()],
+        table=text,
+    )
     return report

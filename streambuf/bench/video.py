@@ -38,8 +38,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ._deps import importable, progress, require
-from ._harness import environment, median, mode_of
-from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._harness import median, mode_of
+from ._report import Headline, best_peer, check_runs, finish, print_table
 from ._video_data import make_videos
 from ._video_overhead import decode_overhead
 from ._video_peers import FromStart, SeekPerClip, TorchcodecVideos, torchcodec_resize_mode
@@ -307,22 +307,21 @@ def run(
                 for o in overhead.values()
             ],
         )
-    report = {
-        "benchmark": "video",
-        "mode": mode,
-        "environment": environment(),
-        "versions": versions,
-        "config": asdict(cfg),
-        "torchcodec": torchcodec or "imported",
-        "torchcodec_resize": None if torchcodec else torchcodec_resize_mode(),
-        "same_frames": {str(k): v for k, v in same.items()},
-        "rows": rows,
-        "decode_overhead": overhead,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-        "total_s": time.perf_counter() - t0,
-    }
-    write_json(out, "video", report)
+    report = finish(
+        "video",
+        out,
+        mode=mode,
+        versions=versions,
+        config=asdict(cfg),
+        torchcodec=torchcodec or "imported",
+        torchcodec_resize=None if torchcodec else torchcodec_resize_mode(),
+        same_frames={str(k): v for k, v in same.items()},
+        rows=rows,
+        decode_overhead=overhead,
+        headline=[h.as_dict() for h in heads],
+        table=text,
+        total_s=time.perf_counter() - t0,
+    )
     return report
 
 

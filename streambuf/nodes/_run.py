@@ -6,7 +6,7 @@
 results into byte- and count-bounded buffers (``streambuf.buffer``) that ``next()`` takes
 from.
 
-Byte accounting (DESIGN.md invariants 1, 2 and 4, over everything a run holds):
+Byte accounting (docs/design.md invariants 1, 2 and 4, over everything a run holds):
 
 * **Reserve before build.** Before pulling its next item a thread reserves room for it
   (its estimate: the largest result so far, or before the first its thread's share of

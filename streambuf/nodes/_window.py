@@ -1,7 +1,7 @@
 """``OrderedWindow``: results of a threaded map, delivered in sequence order, bounded in
 items and bytes as one pool (reservations of items being made plus finished results).
 
-Why not ``ShardedBuffer``: in-order delivery from a shared pool can deadlock (DESIGN.md
+Why not ``ShardedBuffer``: in-order delivery from a shared pool can deadlock (docs/design.md
 invariant 4), which ``ShardedBuffer`` avoids by giving each lane its own slice; but then
 every lane admits one item larger than its slice (``max_bytes / lanes``) alone, so
 ``threads`` such items are held at once: the node's total is no longer bounded by

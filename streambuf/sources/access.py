@@ -17,7 +17,7 @@
 * **Cache** (``cache_dir``/``cache_limit``): every open of a remote shard goes through
   this reader's ``ShardCache``: an entry when there is a sound one (any offset and
   length: resumes and fetches too), else the network, teed into a new entry when the read
-  starts at byte 0 (``streambuf.sources.cache``). Local files are never cached.
+  starts at byte 0 (``streambuf.io.cache``). Local files are never cached.
 * ``close()`` aborts every in-flight read (lanes then stop at once).
 
 Counters (shards done/skipped, I/O, cache) are this access's, published to the
@@ -34,11 +34,11 @@ from typing import Any
 
 from .._failures import FailurePolicy
 from ..errors import ShardError, add_note
-from .cache import ShardCache, is_cacheable
-from .opener import IOCounters, ShardReader, not_data_hint, open_stream
+from ..io.cache import ShardCache, is_cacheable
+from ..io.opener import IOCounters, ShardReader, not_data_hint, open_stream
+from ..io.urls import redact, secrets_of
 from .options import ShardOptions
 from .tar import iter_tar_records
-from .urls import redact, secrets_of
 
 __all__ = ["TarAccess"]
 

@@ -29,8 +29,8 @@ from .._ledger import Ledger
 from .._source import SourceRun
 from .._units import check_int, parse_count
 from ..buffer import BufferStats
+from ..io.opener import IOStats
 from .access import TarAccess
-from .opener import IOStats
 from .options import ShardOptions
 
 __all__ = ["ShardStream", "SourceStats", "stream_shards"]

@@ -41,14 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._failures import OnError
 from ..buffer import Order
+from ..io.cache import CacheStats
+from ..io.opener import IOStats
+from ..io.urls import UrlSpec, expand_urls
 from .access import TarAccess
-from .cache import CacheStats
-from .opener import IOStats
 from .options import ShardOptions
-from .urls import UrlSpec, expand_urls
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline, ReaderRun, WorkerContext
+    from .._contracts import ReaderRun, WorkerContext
+    from ..pipeline import Pipeline
     from ..sharding import Equalize
 
 __all__ = ["ShardCounters", "ShardTotals", "TarReader", "shard_stats", "shards"]
@@ -188,7 +189,7 @@ class TarReader:
         stride: int,
         offset: int,
     ) -> ReaderRun:
-        from ..pipeline import ReaderRun
+        from .._contracts import ReaderRun
 
         o = self.options
         lanes = o.lanes

@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..errors import ShardError, StageError, add_note
-from .urls import redact
+from ..io.urls import redact
 
 __all__ = ["iter_tar_records", "iter_tar_samples"]
 

@@ -3,7 +3,7 @@ shards), ``decode_clips`` (one video), samplers, ``probe`` and ``Clip``.
 
 Importing this package does not import PyAV; ``probe`` and ``decode_clips`` do, and raise
 ``ImportError`` naming the extra (``pip install streambuf[video]``) when it is missing.
-Conventions (DESIGN.md, "Video conventions"): uint8 RGB, layout "TCHW" by default, time in
+Conventions (docs/video.md): uint8 RGB, layout "TCHW" by default, time in
 seconds from real frame pts, torchcodec's sampler vocabulary.
 """
 

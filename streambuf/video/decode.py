@@ -1,6 +1,6 @@
 """Decode sampled clips from one video with PyAV: ``Clip`` and ``decode_clips``.
 
-How a video is read (DESIGN.md, "Video conventions"):
+How a video is read (docs/video.md):
 
 1. open (path or seekable binary file object) and index the frames from packet pts, no
    decoding (``probe.build_index``);

@@ -27,7 +27,7 @@ from typing import Any
 from .._failures import FailurePolicy, OnError
 from .._shared import SharedInt
 from ..errors import VideoError
-from ..sources.urls import redact
+from ..io.urls import redact
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler

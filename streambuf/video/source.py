@@ -41,20 +41,18 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
+from .._contracts import ReaderRun, WorkerContext
 from .._failures import FailurePolicy, OnError
 from .._units import check_bool, check_choice, check_int, parse_count
 from ..errors import VideoError, add_note
-from ..pipeline import Pipeline, WorkerContext
+from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
+from ..pipeline import Pipeline
 from ..sharding import Equalize
-from ..sources.urls import UrlSpec, expand_urls, redact, secrets_of
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler
-
-if TYPE_CHECKING:
-    from ..pipeline import ReaderRun
 
 __all__ = ["VideoAccess", "VideoReader", "clips"]
 
@@ -79,7 +77,7 @@ def open_source(
 ) -> str | IO[bytes]:
     """A local path as is; any other URL as a seekable file object (caller closes): the
     node-local cache's copy when ``cache_dir`` is set and the video fits (downloaded into
-    it first on a miss; ``streambuf.sources.cached_file``), else an fsspec file object.
+    it first on a miss; ``streambuf.io.cached_file``), else an fsspec file object.
 
     Raises:
         ImportError: fsspec is missing (``pip install streambuf[remote]``).
@@ -94,7 +92,7 @@ def open_source(
             "pip install streambuf[remote]"
         ) from exc
     if cache_dir is not None and cache_limit is not None:
-        from ..sources.cache import cached_file
+        from ..io.cache import cached_file
 
         local = cached_file(
             url, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
@@ -137,8 +135,6 @@ class VideoReader:
         stride: int,
         offset: int,
     ) -> ReaderRun:
-        from ..pipeline import ReaderRun
-
         lanes = max(1, self.threads)
         return ReaderRun(
             access=VideoAccess(self, source, ctx=ctx, stride=stride, offset=offset),

@@ -7,9 +7,9 @@ from __future__ import annotations
 from tests.planted._mutant import planted
 
 T = "tests/sources/test_cache.py"
-C = "streambuf/sources/cache.py"
-M = "streambuf/sources/_manifest.py"
-IO = "streambuf/sources/_cache_io.py"
+C = "streambuf/io/cache.py"
+M = "streambuf/io/_manifest.py"
+IO = "streambuf/io/_cache_io.py"
 A = "streambuf/sources/access.py"
 HALF = f"{T}::test_half_limit_halves_requests_and_the_folder_never_exceeds_it"
 

@@ -136,7 +136,7 @@ MUTANTS = [
     ),
     m(
         "retry resumes one byte early",
-        "streambuf/sources/_resumable.py",
+        "streambuf/io/_resumable.py",
         "self._connect(self.offset)",
         "self._connect(max(0, self.offset - 1))",
         "tests/sources/test_opener.py",
@@ -227,14 +227,14 @@ MUTANTS = [
     ),
     m(
         "HTTP resume: a 200 answer with the same ETag is taken for a changed object",
-        "streambuf/sources/_http.py",
+        "streambuf/io/_http.py",
         "            if now is not None and now != was:",
         "            if now is not None:",
         "tests/sources/test_opener.py::test_server_ignoring_range_is_handled",
     ),
     m(
         "trickle: the progress rule never drops a slow connection",
-        "streambuf/sources/_resumable.py",
+        "streambuf/io/_resumable.py",
         "        if self._min_rate is not None and self._win_busy_s >= self._window_s:",
         "        if False:",
         "tests/sources/test_opener.py::test_trickle_below_min_rate_is_dropped_and_resumed",

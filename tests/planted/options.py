@@ -17,7 +17,7 @@ PAGES = "tests/sources/test_pages.py"
 SMALL_BOUND = f"{FORMATS}::test_sample_bound_is_the_gzip_readers_limit_not_a_count_afterwards"
 AUTO_BOUND = f"{FORMATS}::test_default_sample_bound_follows_max_decoded_bytes"
 IMAGES_BOUND = f"{FORMATS}::test_images_count_against_the_sample_bound_from_their_headers"
-D = "streambuf/sources/decoders.py"
+D = "streambuf/wds/decoders.py"
 U = "streambuf/_units.py"
 
 
@@ -134,14 +134,14 @@ MUTANTS = [
     ),
     _m(
         "a text/html answer read as a tar gets no hint",
-        "streambuf/sources/opener.py",
+        "streambuf/io/opener.py",
         '    if kind.startswith("text/") or kind.startswith(_PAGES):',
         "    if False:",
         PAGES,
     ),
     _m(
         "an HTML page answered for a shard is cached as the shard",
-        "streambuf/sources/cache.py",
+        "streambuf/io/cache.py",
         "        if not_data_hint(stream.content_type) is not None:  # an error page is no entry",
         "        if False:",
         f"{PAGES}::test_an_html_page_is_not_cached_as_the_shard",

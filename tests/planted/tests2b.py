@@ -38,7 +38,7 @@ MUTANTS = [
     ),
     _m(
         "the decode bound counts a float image at 1 byte per value",
-        "streambuf/sources/images.py",
+        "streambuf/wds/images.py",
         "len(mode) * (4 if is_float else 1)",
         "len(mode) * 1",
         BOUNDS,

@@ -10,8 +10,8 @@ from tests.planted._mutant import planted
 COMPAT = "tests/sources/test_wds_compat.py"
 FORMATS = "tests/sources/test_formats.py"
 FIELDS = "tests/sources/test_fields.py"
-D = "streambuf/sources/decoders.py"
-F = "streambuf/sources/formats.py"
+D = "streambuf/wds/decoders.py"
+F = "streambuf/wds/formats.py"
 
 
 _m = planted("wds")
@@ -49,28 +49,28 @@ MUTANTS = [
     ),
     _m(
         "float image specs not scaled to [0, 1]",
-        "streambuf/sources/images.py",
+        "streambuf/wds/images.py",
         "arr = arr.astype(np.float32) / 255.0",
         "arr = arr.astype(np.float32)",
         COMPAT,
     ),
     _m(
         "to_tuple takes the last alternative present",
-        "streambuf/sources/fields.py",
+        "streambuf/wds/fields.py",
         "    for name in names:\n        if name in sample:",
         "    for name in reversed(names):\n        if name in sample:",
         FIELDS,
     ),
     _m(
         "rename keeps the old fields",
-        "streambuf/sources/fields.py",
+        "streambuf/wds/fields.py",
         "out = {k: v for k, v in sample.items() if k not in dropped}",
         "out = dict(sample)",
         FIELDS,
     ),
     _m(
         "map_dict changes the caller's sample",
-        "streambuf/sources/fields.py",
+        "streambuf/wds/fields.py",
         "out = dict(sample)\n        for name, fn in self.fns.items():",
         "out = sample  # type: ignore[assignment]\n        for name, fn in self.fns.items():",
         FIELDS,

@@ -36,9 +36,10 @@ from typing import Any
 import pytest
 
 import streambuf as sb
-from streambuf.sources import ShardCache, ShardOptions, cached_file, open_stream, shard_stats
-from streambuf.sources import _cache_io as cache_io
-from streambuf.sources import cache as cache_module
+from streambuf.io import ShardCache, cached_file, open_stream
+from streambuf.io import _cache_io as cache_io
+from streambuf.io import cache as cache_module
+from streambuf.sources import ShardOptions, shard_stats
 from tests.resume_harness import check_save_load
 from tests.sources.cache_data import FAST, cache_loader, run_rank
 from tests.sources.cache_watch import watch
@@ -149,7 +150,7 @@ def test_options_are_checked_when_built(tmp_path: Path, shard_dir: Path) -> None
 def test_local_shards_are_never_cached(tmp_path: Path, shard_dir: Path) -> None:
     pipe = sb.shards(str(shard_dir / "*.tar"), cache_dir=tmp_path / "c", cache_limit="1GiB")  # type: ignore[arg-type]
     assert len(keys_of(pipe.batch(8))) == 80
-    assert shard_stats(pipe).cache == sb.sources.CacheStats()
+    assert shard_stats(pipe).cache == sb.io.CacheStats()
     assert not list((tmp_path / "c" / ".streambuf" / "data").iterdir())
 
 
@@ -634,4 +635,4 @@ def test_an_unusable_cache_folder_streams(
     pipe = sb.shards(spec, cache_dir=str(tmp_path), cache_limit="1GiB", **FAST)
     assert sorted(keys_of(pipe.batch(8))) == sorted(expected_keys(4, 20))
     assert "unusable" in caplog.text and str(tmp_path) in caplog.text
-    assert shard_stats(pipe).cache == sb.sources.CacheStats()
+    assert shard_stats(pipe).cache == sb.io.CacheStats()

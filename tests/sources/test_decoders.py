@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from streambuf.errors import ShardError
-from streambuf.sources import Decoder, decode_sample, register_decoder
-from streambuf.sources import decoders as dec_mod
+from streambuf.wds import Decoder, decode_sample, register_decoder
+from streambuf.wds import decoders as dec_mod
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,7 +12,7 @@ import pytest
 
 import streambuf as sb
 from streambuf.errors import ShardError, TooManyFailures
-from streambuf.sources import MapDict, Rename, ToTuple
+from streambuf.wds import MapDict, Rename, ToTuple
 from tests.resume_harness import check_save_load
 
 from .resume_data import plus_one, tuple_keys, verbs_loader
@@ -69,7 +69,7 @@ def test_skip_counts_and_limits() -> None:
     bad = dict(S, __key__="bad")
     del bad["jpg"]
     fn = ToTuple("jpg", "cls", on_error="skip", max_failures=1)
-    assert fn(bad) is sb.sources.SKIPPED and fn(S) == (b"J", 3) and fn.skipped == 1
+    assert fn(bad) is sb.wds.SKIPPED and fn(S) == (b"J", 3) and fn.skipped == 1
     with pytest.raises(TooManyFailures):
         fn(bad)
     samples = [dict(S, __key__=f"k{i}") if i % 2 else dict(bad, __key__=f"k{i}") for i in range(6)]

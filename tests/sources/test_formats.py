@@ -1,4 +1,4 @@
-"""The field formats of ``streambuf.sources.formats`` and their bounds: gzip (bombs,
+"""The field formats of ``streambuf.wds.formats`` and their bounds: gzip (bombs,
 truncation, members, padding), npz (no pickles, sizes from the headers), tenbin (our own
 reader: valid files, every malformed variant refused with ValueError), cbor/msgpack
 (missing packages named), and ``max_sample_bytes`` across gz fields."""
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import streambuf as sb
 from streambuf.errors import ShardError
-from streambuf.sources import Decoder, formats
+from streambuf.wds import Decoder, formats
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from streambuf.errors import ShardError, TooManyFailures
-from streambuf.sources import expand_urls, stream_shards
+from streambuf.io import expand_urls
+from streambuf.sources import stream_shards
 
 from .helpers import expected_keys, make_samples, make_shards, member_offsets, write_tar
 from .httpserver import FaultyServer

@@ -2,7 +2,7 @@
 
 Issue "Network shards", point 3: Loader with 2 workers x 3 lanes over 10 shards on the
 HTTP fault server delivers every ``__key__`` once, the credit accounting stays within
-``max_bytes``, and memory growth (DESIGN.md "Measuring memory") obeys the budget rule.
+``max_bytes``, and memory growth (docs/design.md "Measuring memory") obeys the budget rule.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import streambuf as sb
-from streambuf import memwatch
+from streambuf.bench import memwatch
 from streambuf.sources import shard_stats
 
 from .helpers import expected_keys, make_shards

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from streambuf.errors import ShardError
-from streambuf.sources import IOCounters, iter_tar_samples, open_stream
+from streambuf.io import IOCounters, open_stream
+from streambuf.sources import iter_tar_samples
 
 from .helpers import make_shards
 from .httpserver import FaultyServer

@@ -66,7 +66,7 @@ def test_an_html_page_is_not_cached_as_the_shard(
 
 
 def test_not_data_hint() -> None:
-    from streambuf.sources.opener import not_data_hint
+    from streambuf.io.opener import not_data_hint
 
     assert not_data_hint(None) is None and not_data_hint("application/x-tar") is None
     assert not_data_hint("application/octet-stream") is None

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from streambuf.errors import ShardError
-from streambuf.sources import expand_urls, open_stream, stream_shards
+from streambuf.io import expand_urls, open_stream
+from streambuf.sources import stream_shards
 
 from .helpers import expected_keys
 from .httpserver import FaultyServer

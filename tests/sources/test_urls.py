@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from streambuf.sources import expand_urls, redact, secrets_of
+from streambuf.io import expand_urls, redact, secrets_of
 
 pytestmark = pytest.mark.timeout(30)
 

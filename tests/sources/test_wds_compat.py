@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import streambuf as sb
-from streambuf.sources import IMAGE_SPECS, Decoder
+from streambuf.wds import IMAGE_SPECS, Decoder
 
 wds = pytest.importorskip("webdataset")
 pytest.importorskip("PIL.Image")

@@ -1,6 +1,6 @@
 """clips() through Loader(num_workers=2): exactly once, and the byte budget holds for 720p.
 
-Memory follows DESIGN.md "Measuring memory": system AnonPages + Shmem sampled on a thread;
+Memory follows docs/design.md "Measuring memory": system AnonPages + Shmem sampled on a thread;
 growth = peak of the real run - peak of the same run with 16x16 clips (same videos, same
 decoding, same batch count). The rule: growth <= 1.25 x max_bytes + 100 MiB. The same
 harness on a plain DataLoader(prefetch_factor=8) must show growth above the rule (it sees).
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from streambuf import Loader, memwatch
+from streambuf import Loader
+from streambuf.bench import memwatch
 from streambuf.video import (
     Clip,
     clips,

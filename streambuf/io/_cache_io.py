@@ -1,7 +1,7 @@
-"""The pieces under ``ShardCache`` (``streambuf.sources.cache``): descriptors that hold
+"""The pieces under ``ShardCache`` (``streambuf.io.cache``): descriptors that hold
 cache locks and are never left locked in a forked child, the streams (a remote stream
 teed into an entry, an entry read like a shard) and entry checks.
-Invariants: see ``streambuf.sources.cache``."""
+Invariants: see ``streambuf.io.cache``."""
 
 from __future__ import annotations
 

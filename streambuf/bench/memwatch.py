@@ -1,4 +1,4 @@
-"""Measuring what a loader holds in memory (DESIGN.md, "Measuring memory").
+"""Measuring what a loader holds in memory (docs/design.md, "Measuring memory").
 
 Per-process RSS/USS/PSS cannot see batches in flight (they travel as unlinked /dev/shm
 files whose descriptors wait in a socket), so the figure is **system anonymous plus

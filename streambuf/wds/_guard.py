@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from .._failures import FailurePolicy, OnError
 from ..errors import ShardError
-from .urls import redact
+from ..io.urls import redact
 
 __all__ = ["SKIPPED", "SampleFn", "not_skipped"]
 

@@ -1,4 +1,4 @@
-"""The manifest of a ``ShardCache`` (``streambuf.sources.cache``): what it records, how
+"""The manifest of a ``ShardCache`` (``streambuf.io.cache``): what it records, how
 it is read without a lock and changed under one.
 
 ``manifest.json`` holds ``{"version", "entries": {key: {file, url, size, crc32, written,

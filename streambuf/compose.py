@@ -1,0 +1,157 @@
+"""The public stage contract: ``Stage``, the base class of a stage you write, added to a
+pipeline with ``Pipeline.compose(stage)`` (webdataset's name for it).
+
+A stage is configuration (picklable: it crosses into DataLoader workers) with one
+method, ``iterate(samples, state)``: a generator that pulls samples from ``samples`` and
+yields outputs. The pipeline keeps the books that make it exact on resume:
+
+* **Groups.** Each output is made from the samples pulled since the previous output (at
+  least one); they are settled (owed to nobody) when that output is delivered, and the
+  samples pulled after the last output are dropped when ``iterate`` returns. So a stage
+  may map (1 -> 1), filter (n -> 1), or hold samples (a window of n -> 1 list). Fan-out
+  (one sample into several outputs) is ``.flatten()``'s: yielding twice without pulling
+  raises ``TypeError``.
+* **Owned state** (``owns_state = True``): ``state.value`` is what the stage keeps
+  across samples (plain, JSON-safe data; None at the start of an epoch). Assign it
+  *before* yielding the output it goes with: a checkpoint saves the value at the yield
+  before the first group not yet delivered, and a resumed ``iterate`` starts from that
+  value and is given the samples of every group not delivered, in the same order. A
+  deterministic stage then makes the same outputs.
+* **Randomness.** ``state.seed`` is a seed of (pipeline seed, epoch, rank, worker,
+  stage index): seed a generator with it and count its draws in ``state.value`` to
+  resume exactly. A stage drawing from global randomness makes other outputs after a
+  resume (as does a random function given to ``map``: a sample in flight at the save is
+  mapped again on resume).
+* **Capabilities**, declared as class attributes: ``holds_samples`` (keeps samples
+  across outputs, e.g. a window; they stay pending in the checkpoint and are read again
+  on resume), ``owns_state`` (``state.value`` is saved). Neither is needed for a 1 -> 1
+  or n -> 1 stage without memory.
+* **Fingerprint.** ``config()`` (default: the instance's public attributes) is part of
+  the state's fingerprint: a state saved with another configuration does not load.
+* **Limits.** An elastic resume (another worker count or world size) starts each
+  stage's state afresh (``state.value`` None) with the samples it has left; a stage
+  cannot follow ``.batch()`` and cannot be in a pipeline given to ``mix()`` (a mix makes
+  pending samples again one at a time, by position).
+
+``streambuf.testing.check_resume(make_pipeline)`` proves a stage resumes exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ._ledger import Rec
+from .errors import add_note
+from .stages import Env
+from .stages import Stage as _Stage
+
+__all__ = ["Stage", "StageState"]
+
+
+@dataclass
+class StageState:
+    """What one run of a stage keeps (``Stage.iterate``'s second argument): ``value``
+    (yours: plain data, saved when ``owns_state``), ``seed`` and ``epoch`` (given)."""
+
+    value: Any
+    seed: int
+    epoch: int
+
+
+class Stage(_Stage):
+    """Base class of a user stage; see the module docstring for the contract."""
+
+    holds_samples: ClassVar[bool] = False
+    owns_state: ClassVar[bool] = False
+    replays: ClassVar[bool] = False  # cannot be made again from one position (mix)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return type(self).__name__
+
+    def iterate(self, samples: Iterator[Any], state: StageState) -> Iterator[Any]:
+        """Pull from ``samples``, yield outputs (see the module docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} must define iterate(samples, state)")
+
+    def config(self) -> dict[str, Any]:
+        """The configuration that must match between a save and a load."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def fingerprint(self) -> str:
+        cfg = json.dumps(self.config(), sort_keys=True, default=repr)
+        return f"{type(self).__module__}.{type(self).__qualname__}{cfg}"
+
+    def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        run = _Run(self, env, k, state)
+        if self.owns_state:
+            env.snapshots[k] = run.snapshot
+        return run.run(up)
+
+
+class _Run:
+    """One iteration of a user stage: the groups it made and the state at each yield."""
+
+    def __init__(self, stage: Stage, env: Env, k: int, saved: Any) -> None:
+        self.stage, self.ledger = stage, env.ledger
+        initial = saved["value"] if saved else None
+        epoch = env.seed_parts[0] if env.seed_parts is not None else 0
+        self.state = StageState(copy.deepcopy(initial), env.seed_for(k, None), epoch)
+        self.group: list[Rec] = []  # pulled since the last output
+        self.at_yield = copy.deepcopy(initial)  # state.value at the last yield
+        self.emitted: deque[tuple[Rec, Any]] = deque()  # (output, state before it)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.ledger.lock:
+            while self.emitted and not self.ledger.is_open(self.emitted[0][0]):
+                self.emitted.popleft()
+            before = self.emitted[0][1] if self.emitted else self.at_yield
+            return {"value": copy.deepcopy(before)}
+
+    def _pull(self, up: Iterator[Rec]) -> Iterator[Any]:
+        for rec in up:
+            with self.ledger.lock:
+                self.group.append(rec)
+            yield rec.value
+
+    def run(self, up: Iterator[Rec]) -> Iterator[Rec]:
+        stage, ledger = self.stage, self.ledger
+        out = stage.iterate(self._pull(up), self.state)
+        try:
+            while True:
+                try:
+                    value = next(out)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    add_note(exc, f"streambuf: raised in stage {stage.name!r}")
+                    raise
+                with ledger.lock:
+                    members, self.group = self.group, []
+                    if not members:
+                        raise TypeError(
+                            f"stage {stage.name!r} yielded an output without pulling a "
+                            "sample since its previous output (fan-out): yield lists and "
+                            "add .flatten() after it"
+                        )
+                    rec = Rec(value, members[0].pos, members[0].seq, members)
+                    if stage.owns_state:
+                        before = self.at_yield
+                        self.at_yield = copy.deepcopy(self.state.value)
+                        self.emitted.append((rec, before))
+                        if len(self.emitted) > 256:  # prune what was delivered long ago
+                            while self.emitted and not ledger.is_open(self.emitted[0][0]):
+                                self.emitted.popleft()
+                yield rec
+            with ledger.lock:  # pulled after the last output: dropped
+                dropped, self.group = self.group, []
+                for r in dropped:
+                    ledger.settle_all(r)
+        finally:
+            close = getattr(out, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,61 @@
+"""The planted bugs of "Architecture": the public stage contract (what a checkpoint
+saves of a stage's state, groups settled whole, dropped samples settled, the
+configuration in the fingerprint), a share that ends without a batch, and the package's
+layers (a lazy import that closes a circle). Each must make the tests named beside it
+fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+STAGE = "tests/test_custom_stage.py"
+EMPTY = "tests/test_loader_empty_shares.py"
+
+_m = planted("arch")
+
+MUTANTS = [
+    _m(
+        "stage state: a checkpoint saves the state at the last yield (outputs in flight "
+        "counted as delivered)",
+        "streambuf/compose.py",
+        "before = self.emitted[0][1] if self.emitted else self.at_yield",
+        "before = self.at_yield",
+        f"{STAGE}::test_the_example_resumes_exactly_with_0_and_2_workers",
+    ),
+    _m(
+        "ledger: a delivered group settles only its first member",
+        "streambuf/_ledger.py",
+        "                    self.settle_all(member)",
+        "                    self.settle(member)",
+        f"{STAGE}::test_the_example_resumes_exactly_with_0_and_2_workers",
+    ),
+    _m(
+        "stage: samples pulled after the last output stay pending",
+        "streambuf/compose.py",
+        "                for r in dropped:\n                    ledger.settle_all(r)\n",
+        "                pass\n",
+        f"{STAGE}::test_dropped_samples_are_settled_and_the_state_is_complete",
+    ),
+    _m(
+        "stage: the fingerprint leaves out the stage's configuration",
+        "streambuf/compose.py",
+        "        cfg = json.dumps(self.config(), sort_keys=True, default=repr)\n",
+        "        cfg = ''\n",
+        f"{STAGE}::test_a_state_of_another_stage_configuration_does_not_load",
+    ),
+    _m(
+        "a worker whose share ends without a batch sends no state",
+        "streambuf/_worker.py",
+        "                    if first:  # no batch carried a snapshot",
+        "                    if False:  # no batch carried a snapshot",
+        EMPTY,
+    ),
+    _m(
+        "layers: a lazy import closes a circle (the iteration imports the Pipeline)",
+        "streambuf/_iteration.py",
+        "    from ._contracts import PipelineView, WorkerContext\n",
+        "    from ._contracts import PipelineView, WorkerContext\n"
+        "    from .pipeline import Pipeline  # noqa: F401\n",
+        "tests/test_layout.py::test_no_import_cycle_among_the_package_modules",
+    ),
+]

@@ -1,0 +1,63 @@
+"""The scripts in benchmarks/ (what a user runs directly) work: the prefetch_factor
+ladder and the GPU run's CPU stand-in run tiny; the README-table script passes its
+choices to ``streambuf bench all`` and refuses an unknown benchmark by name."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.bench_checks import assert_delivered, assert_headline, saved
+
+pytestmark = pytest.mark.timeout(180)
+SCRIPTS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_prefetch_ladder_runs_tiny(capsys):
+    rows = _script("prefetch_ladder").main(["--tiny"])
+    names = [r["loader"] for r in rows]
+    assert names[:2] == ["DataLoader(prefetch_factor=1)", "DataLoader(prefetch_factor=4)"]
+    assert names[-1].startswith("streambuf Loader")
+    assert all(r["batches"] == 4 and r["batches_per_s"] > 0 for r in rows)  # 2 workers x 2
+    assert "batches/s" in capsys.readouterr().out
+
+
+def test_the_gpu_script_runs_its_cpu_stand_in(tmp_path):
+    report = _script("gpu").main(["--allow-cpu", "--tiny", "--out", str(tmp_path)])
+    assert_delivered(report)
+    assert_headline(report)
+    assert {r["config"]["part"] for r in report["rows"]} == {"seed", "video"}
+    assert all(0 < r["busy_fraction"] <= 1.0 for r in report["rows"])
+    assert saved(tmp_path, "gpu")["device"] in ("cpu", "cuda")
+
+
+def test_the_readme_table_script_passes_its_choices(monkeypatch, tmp_path):
+    mod = _script("readme_table")
+    seen = {}
+    monkeypatch.setattr(mod.bench_all, "run", lambda **kw: seen.update(kw) or {"rows": []})
+    mod.main(["--quick", "--only", "latency", "network", "--out", str(tmp_path)])
+    assert seen == {
+        "quick": True,
+        "tiny": False,
+        "out": str(tmp_path),
+        "names": ("latency", "network"),
+    }
+    with pytest.raises(SystemExit):
+        mod.main(["--only", "no-such-bench"])
+
+
+def test_the_module_count_script_sees_the_tar_path(capsys):
+    out = _script("modules_on_path").main()
+    assert {"sources/tar.py", "wds/decoders.py", "stages.py", "loader.py"} <= set(out[0])
+    assert "_transport.py" in out[2] and "in process:" in capsys.readouterr().out
