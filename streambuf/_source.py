@@ -36,6 +36,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._access import ExpandAccess, ItemAccess
@@ -294,23 +295,16 @@ def _sizeof_of(sizeof: Callable[[Any], int]) -> Callable[[Any], int]:
 
 
 # -- the source kinds of a Pipeline: how one slot's stream is opened --------------------
+@dataclass
 class SequenceSource:
     """A list of shards: items (each a shard of one sample), ``expand``-ed shards, or a
     ``SourceReader``'s (tar shards, videos). Configuration (picklable); ``open`` splits
     the epoch's shard order for the slot (``streambuf.sharding``) and reads it with a
     ``SourceRun``; ``access`` is the same split for fetching samples back by position."""
 
-    def __init__(self, shards: Sequence[Any], expand: Any = None, reader: Any = None) -> None:
-        self.shards, self.expand, self.reader = shards, expand, reader
-
-    def __eq__(self, other: object) -> bool:  # configuration: equal when its parts are
-        return isinstance(other, SequenceSource) and (
-            self.shards,
-            self.expand,
-            self.reader,
-        ) == (other.shards, other.expand, other.reader)
-
-    __hash__ = None  # type: ignore[assignment]
+    shards: Sequence[Any]
+    expand: Any = None
+    reader: Any = None
 
     def _split(self, pipe: Any, ctx: Any) -> Any:
         n = len(self.shards)
@@ -366,17 +360,12 @@ class SequenceSource:
         return self._access(ctx, self._split(pipe, ctx), stage_bytes)[0]
 
 
+@dataclass
 class IterableSource:
     """A one-shot iterable, split by position across slots (``islice``); not resumable
     and not fetchable."""
 
-    def __init__(self, items: Iterable[Any]) -> None:
-        self.items = items
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, IterableSource) and self.items is other.items
-
-    __hash__ = None  # type: ignore[assignment]
+    items: Iterable[Any]
 
     def open(
         self,
