@@ -32,6 +32,7 @@ from .sizing import nbytes
 from .sources.pipe import shards
 from .stats import LoaderStats
 from .tuning import DepthTuner, TunerDecision
+from .window import Window
 
 __version__ = "0.1.0"
 
@@ -59,6 +60,7 @@ __all__ = [
     "TooManyFailures",
     "TunerDecision",
     "VideoError",
+    "Window",
     "WorkerContext",
     "WorkerError",
     "mix",

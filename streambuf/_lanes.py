@@ -1,25 +1,24 @@
 """``LaneRunner``: the one thread-lane runner behind every concurrent stage.
 
-A threaded map (``Prefetcher``), the shard readers of ``shards()`` and the video lanes of
-``video.clips()`` all run the same loop: ``K`` threads, lane ``t`` draining its own work
-iterator into lane ``t`` of one ``ShardedBuffer`` that the consumer iterates.
+A threaded map (``Prefetcher``), the torchdata nodes (``streambuf.nodes``), the shard
+readers of ``shards()`` and the video lanes of ``video.clips()`` all run the same loop:
+``K`` threads, lane ``t`` draining its own work iterator into one ``Window``
+(``streambuf.window``) that the consumer iterates.
 
 * **Reserve before build.** Before asking its iterator for the next item, a lane reserves
-  room for it in the buffer (its estimate: the largest item any lane has made, or the
-  lane's whole share of the byte bound before the first one), so the item being built
-  counts against ``max_bytes``/``max_items`` like a queued one; ``put`` then turns the
-  reservation into the item. An item larger than its reservation gives the room back
-  and waits for enough (its lane's earlier items are ahead of it, so this cannot
-  deadlock; alone in an empty lane it is admitted whatever its size, counted in
-  ``oversize``), and raises the estimate. Bytes held never pass the bound: only that
-  one finished item, waiting in its thread, is outside the count.
-* **Order.** ``"round_robin"``: the consumer takes lane 0, 1, ... (deterministic;
-  budgets sharded per lane, deadlock-free); ``"first_ready"``: arrival order (pooled).
-  ``start_lane`` is where round robin begins (a resumed stream).
-* **Errors.** An exception in a work iterator aborts the buffer: the consumer gets the
+  room for it (its estimate: the largest item any lane has made, or the lane's share of
+  the byte bound before the first one), so the item being built counts against
+  ``max_bytes``/``max_items`` like a queued one; ``commit`` turns the reservation into
+  the item; ``release`` gives it back when the iterator made nothing. The window's one
+  pool bounds what is built and what is held (its docstring: oversize admitted alone,
+  counted; a result larger than its room waits for room in its thread).
+* **Order.** The window's: ``"round_robin"`` (lanes in turn, deterministic),
+  ``"sequence"`` (numbered works yield ``(seq, item)``: producers sharing one source) or
+  ``"first_ready"`` (arrival order).
+* **Errors.** An exception in a work iterator aborts the window: the consumer gets the
   same object, with a note naming the stage, lane and thread; held items are dropped.
 * **Shutdown.** Leaving the loop (end, ``break``, an exception) or ``close()`` closes
-  the buffer (every blocked reserve/put wakes with ``BufferClosed``), calls
+  the window (every blocked reserve/commit wakes with ``BufferClosed``), calls
   ``on_close`` (e.g. to abort in-flight reads), and joins the threads within
   ``join_timeout_s``; each lane closes its work iterator (files, containers) on exit. A
   thread stuck in user or I/O code is a daemon: logged, it ends at its next reserve.
@@ -34,9 +33,10 @@ from typing import Any, Generic, TypeVar
 
 from ._threads import join_all
 from ._units import check_size
-from .buffer import BufferStats, Order, ShardedBuffer
 from .errors import BufferClosed, add_note
 from .sizing import nbytes
+from .stats import BufferStats
+from .window import LaneWindow
 
 __all__ = ["LaneRunner"]
 
@@ -46,52 +46,56 @@ T = TypeVar("T")
 
 
 class LaneRunner(Generic[T]):
-    """Run ``works[t]()`` on lane thread ``t`` into one bounded buffer; iterate once.
+    """Run ``works[t]()`` on lane thread ``t`` into ``window``; iterate once.
 
     Args:
         works: one callable per lane returning that lane's iterator (called on the lane's
             thread, so generators open their files there).
-        order, max_items, max_bytes, sizeof, start_lane: the buffer (``ShardedBuffer``).
+        numbered: the iterators yield ``(seq, item)`` (producers sharing one source; a
+            ``"sequence"`` window delivers by ``seq``, the others ignore it).
+        window: where the lanes put what they make (``streambuf.window.Window``), one
+            lane per work.
+        sizeof: bytes of one item (measured on the lane's thread).
         name: the stage name in thread names and error notes.
         join_timeout_s: how long ``close()`` waits for the threads, in total.
-        on_close: called by ``close()`` after the buffer is closed (abort blocked I/O).
+        on_close: called by ``close()`` after the window is closed (abort blocked I/O).
         stops_when: how a stuck thread ends, for the log line.
         describe: what lane ``t`` is working on, for error notes (e.g. "reading shard X").
+        kind: the word before the name in error notes ("stage", "node").
     """
 
     def __init__(
         self,
-        works: Sequence[Callable[[], Iterator[T]]],
+        works: Sequence[Callable[[], Iterator[Any]]],
         /,
         *,
-        order: Order,
-        max_items: int,
-        max_bytes: int | str,
+        window: LaneWindow[T],
         sizeof: Callable[[Any], int] = nbytes,
         name: str,
         join_timeout_s: float = 1.0,
-        start_lane: int = 0,
         on_close: Callable[[], None] | None = None,
-        stops_when: str = "at its next put",
+        stops_when: str = "at its next reserve",
         describe: Callable[[int], str | None] | None = None,
+        kind: str = "stage",
+        numbered: bool = False,
     ) -> None:
         if not works:
             raise ValueError(f"{name}: a LaneRunner needs at least one lane")
         self._works = list(works)
-        self._buf: ShardedBuffer[T] = ShardedBuffer(
-            lanes=len(self._works),
-            max_items=max_items,
-            max_bytes=max_bytes,
-            order=order,
-            sizeof=sizeof,
-            start_lane=start_lane,
-        )
+        self._lanes = len(self._works)
+        if getattr(window, "lanes", self._lanes) != self._lanes:
+            raise ValueError(f"{name}: the window's lanes are not the {self._lanes} works")
+        self.window = window
         self._sizeof = sizeof
         self.name = name
         self._join_timeout_s = join_timeout_s
         self._on_close = on_close
         self._stops_when = stops_when
         self._describe = describe
+        self._kind = kind
+        self._numbered = numbered
+        if window.order == "sequence" and not numbered:
+            raise ValueError(f"{name}: a 'sequence' window needs numbered works")
         self._threads: list[threading.Thread] = []
         self._started = False
         self._closed = False
@@ -99,40 +103,40 @@ class LaneRunner(Generic[T]):
 
     @property
     def lanes(self) -> int:
-        return len(self._works)
+        return self._lanes
 
-    def _run(self, lane: int) -> None:
-        buf = self._buf
-        it: Iterator[T] | None = None
+    def _run(self, lane: int, work: Callable[[], Iterator[Any]]) -> None:
+        win = self.window
+        numbered = self._numbered
+        sizeof = self._sizeof
+        it: Iterator[Any] | None = None
         try:
-            it = self._works[lane]()
+            it = work()
             while True:
                 # the largest item any lane has made; before the first: the lane's share
-                estimate = self._largest if self._largest >= 0 else buf._lane_limit(lane)
-                buf.reserve(lane, estimate)
+                estimate = self._largest if self._largest >= 0 else win.share(lane)
+                win.reserve(lane, estimate)
                 try:
-                    item = next(it)
+                    got = next(it)
+                    seq, item = got if numbered else (None, got)
+                    size = check_size(sizeof(item))
                 except BaseException:  # StopIteration included: give the room back
-                    buf.cancel(lane, estimate)
+                    win.release(lane)
                     raise
-                size = check_size(self._sizeof(item))
-                if size <= estimate:
-                    buf._put(lane, item, None, estimate, size)
-                else:  # larger than its room: give the room back, wait for enough
-                    buf.cancel(lane, estimate)
-                    buf._put(lane, item, None, None, size)
-                if size > self._largest:
+                if size > self._largest:  # before commit, which may wait: others learn now
                     self._largest = size
+                win.commit(lane, item, size, seq=seq)
+                del got, item  # a lane blocked in reserve must not pin its last item
         except (StopIteration, BufferClosed):
             pass  # the lane's work is done, or the consumer closed us
         except BaseException as exc:
             what = self._describe(lane) if self._describe is not None else None
             add_note(
                 exc,
-                f"streambuf: raised in stage {self.name!r} on lane {lane} (thread "
+                f"streambuf: raised in {self._kind} {self.name!r} on lane {lane} (thread "
                 f"{threading.current_thread().name!r})" + (f" {what}" if what else ""),
             )
-            buf.abort(exc)
+            win.abort(exc)
         finally:
             close = getattr(it, "close", None)
             if close is not None:
@@ -142,7 +146,7 @@ class LaneRunner(Generic[T]):
                     log.warning(
                         "streambuf: %s lane %d: error while closing: %r", self.name, lane, exc
                     )
-            buf.finish(lane)
+            win.finish(lane)
 
     def start(self) -> None:
         """Start the lane threads (at the latest when iteration begins). Idempotent."""
@@ -150,7 +154,10 @@ class LaneRunner(Generic[T]):
             return
         for lane in range(self.lanes):
             th = threading.Thread(
-                target=self._run, args=(lane,), name=f"streambuf-{self.name}-{lane}", daemon=True
+                target=self._run,
+                args=(lane, self._works[lane]),
+                name=f"streambuf-{self.name}-{lane}",
+                daemon=True,
             )
             self._threads.append(th)
             th.start()
@@ -160,8 +167,14 @@ class LaneRunner(Generic[T]):
             raise RuntimeError(f"{self.name}: can be iterated only once")
         self._started = True
         self.start()
+        get = self.window.get
         try:
-            yield from self._buf
+            while True:
+                try:
+                    item = get()
+                except BufferClosed:
+                    return
+                yield item
         finally:
             self.close()
 
@@ -170,10 +183,14 @@ class LaneRunner(Generic[T]):
         if self._closed:
             return
         self._closed = True
-        self._buf.close()
+        self.window.close()
         if self._on_close is not None:
             self._on_close()
         join_all(self._threads, timeout_s=self._join_timeout_s, stops_when=self._stops_when)
+        # the works and callbacks usually point back at the stage that owns this runner:
+        # drop them, so a closed stage is freed by reference counting, not a later GC
+        self._works.clear()
+        self._on_close = self._describe = None
 
     def __enter__(self) -> LaneRunner[T]:
         return self
@@ -182,4 +199,4 @@ class LaneRunner(Generic[T]):
         self.close()
 
     def stats(self) -> BufferStats:
-        return self._buf.stats()
+        return self.window.stats()

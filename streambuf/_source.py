@@ -7,7 +7,7 @@ particular samples back by ``(index, hint)`` (a hint is how to get there cheaply
 member's byte offset, a video's clip count; None means "count from the start").
 
 ``SourceRun`` reads a slot's shard list (its ``Assignment``) with ``lanes`` threads
-through the one ``LaneRunner`` (or inline, ``lanes == 0``), keeps the slot's sample share
+through the one ``LaneRunner`` into a ``Window`` (or inline, ``lanes == 0``), keeps the slot's sample share
 (``stride``/``offset``), and hands out ``Rec`` objects, recording each in the ``Ledger``.
 
 An access with ``threaded = False`` (plain items, ``expand``) is read inline, in the
@@ -45,6 +45,7 @@ from ._ledger import Ledger, Rec
 from .buffer import Order
 from .sharding import assign, shard_order
 from .sizing import nbytes
+from .window import Window
 
 __all__ = ["Access", "IterableSource", "SequenceSource", "SourceRun"]
 
@@ -224,14 +225,18 @@ class SourceRun:
         runner = None
         self._runner: LaneRunner[Any] | None = None
         if getattr(self.access, "threaded", True):
+            window: Window[Any] = Window(
+                lanes=self.lanes,
+                order=self.order,
+                max_items=self.max_items,
+                max_bytes=self.max_bytes,
+                start_lane=self._next_lane,
+            )
             runner = LaneRunner(
                 [functools.partial(self._work, t) for t in range(self.lanes)],
-                order=self.order,
-                max_items=max(self.max_items, self.lanes),
-                max_bytes=self.max_bytes,
+                window=window,
                 name=self.name,
                 join_timeout_s=self.join_timeout_s,
-                start_lane=self._next_lane,
                 on_close=self.access.close,
                 stops_when="when its read returns",
                 sizeof=_sizeof_of(self.sizeof),

@@ -2,21 +2,23 @@
 
 ``threads`` producer threads pull from one source iterator (under a lock: iterators are
 sequential), apply ``fn`` outside the lock (this is where the concurrency is: I/O and
-GIL-releasing decode), and put results into a ``ShardedBuffer`` with one lane per
-thread, through the package's one lane runner (``streambuf._lanes``): each thread
-reserves room for its next result *before* making it, so results being made count
-against ``max_items``/``max_bytes`` too.
+GIL-releasing decode), and commit results into one ``Window`` (``streambuf.window``)
+through the package's one lane runner (``streambuf._lanes``): each thread reserves room
+for its next result *before* pulling it, so results being made count against
+``max_items``/``max_bytes`` too, in one pool.
 
-* ``ordered=True``: item ``i`` goes to lane ``i % threads`` and the buffer delivers
-  round-robin, so the output order is the source order whatever the timing; the budget is
-  sharded per lane, so in-order delivery cannot deadlock (docs/design.md invariant 4).
-* ``ordered=False``: lanes share one pool and items come out as soon as they are ready.
+* ``ordered=True``: whichever thread is free pulls the next item and numbers it; the
+  window delivers by number (``order="sequence"``), so the output order is the source
+  order whatever the timing; a number is taken after its room, so in-order delivery from
+  one pool cannot deadlock (docs/design.md invariant 4).
+* ``ordered=False``: items come out as soon as they are ready (``"first_ready"``).
 * ``adaptive=True`` (with ``fn``): the function runs inline in the consumer's thread
   instead while that measures faster (a cheap function that holds the GIL: threads only
   add hand-offs; ``streambuf._inline`` decides). Switching pauses the producers at their
   next pull, delivers every item they already took (in order), then pulls from the
-  source in the consumer; switching back restarts the round robin at the next item's
-  lane. Order, bounds and errors are the same in both modes.
+  source in the consumer (inline items take no number); switching back numbers the
+  threads' items on from where they stopped. Order, bounds and errors are the same in
+  both modes.
 
 Errors: an exception in the source or in ``fn`` is re-raised in the consumer, the same
 object with its original traceback and a note naming the stage, thread and item index;
@@ -30,21 +32,36 @@ next ``put``.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._units import parse_count
-from .buffer import BufferStats
 from .errors import add_note
 from .sizing import nbytes
+from .stats import BufferStats
+from .window import Window
 
 __all__ = ["Prefetcher", "prefetch"]
 
 T = TypeVar("T")
 _END = object()
+
+
+class _Steps:
+    """An iterator over ``step()`` calls (``StopIteration`` ends it)."""
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: Callable[[], Any]) -> None:
+        self._step = step
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> Any:
+        return self._step()
 
 
 class Prefetcher(Generic[T]):
@@ -53,8 +70,8 @@ class Prefetcher(Generic[T]):
 
     Args:
         iterable: the source; iterated once, on the producer threads.
-        max_items: items held at most, including those being made (>= threads when ordered).
-        max_bytes: bytes held at most (int or "1GiB"), oversize rule as in BoundedBuffer.
+        max_items: items held at most, including those being made.
+        max_bytes: bytes held at most (int or "1GiB"), oversize rule as in ``Window``.
         threads: producer threads (>= 1).
         fn: applied to each item on a producer thread; identity if None.
         ordered: deliver in source order (True) or as soon as ready (False).
@@ -81,32 +98,31 @@ class Prefetcher(Generic[T]):
         adaptive: bool = False,
     ) -> None:
         self._threads_n = parse_count(threads, name="threads")
-        parse_count(max_items, name="max_items")
-        if ordered and max_items < self._threads_n:
-            raise ValueError(
-                f"max_items={max_items} must be >= threads={threads} when ordered=True "
-                "(each thread owns at least one slot); raise max_items or lower threads"
-            )
         self._source = iterable
         self._fn = fn
         self._ordered = ordered
         self.name = name or (f"map({getattr(fn, '__name__', 'fn')})" if fn else "prefetch")
         self._src_lock = threading.Lock()
         self._it: Iterator[Any] | None = None
-        self._next_index = 0
+        self._next_index = 0  # items pulled (threads and inline)
+        self._next_seq = 0  # items pulled by the threads: the window's numbers
         self._exhausted = False
-        self._stash: list[deque[tuple[int, Any]]] = [deque() for _ in range(self._threads_n)]
         self._adaptive = bool(adaptive) and fn is not None and self._threads_n > 1
         self._pause = threading.Condition()  # producers wait here while paused
         self._paused = False
         self._stopped = False
         self._delivered = 0  # items the consumer has yielded (adaptive mode)
         self.inline_items = 0  # items made inline, in the consumer's thread
-        self._runner: LaneRunner[T] = LaneRunner(
-            [self._make_work(t) for t in range(self._threads_n)],
-            order="round_robin" if ordered else "first_ready",
+        window: Window[T] = Window(
+            lanes=self._threads_n,
+            order="sequence" if ordered else "first_ready",
             max_items=max_items,
             max_bytes=max_bytes,
+        )
+        self._runner: LaneRunner[T] = LaneRunner(
+            [self._make_work(t) for t in range(self._threads_n)],
+            window=window,
+            numbered=True,
             sizeof=sizeof,
             name=self.name,
             join_timeout_s=join_timeout_s,
@@ -115,29 +131,28 @@ class Prefetcher(Generic[T]):
         self.chooser = InlineChooser(max(4 * self._threads_n, 32)) if self._adaptive else None
 
     # -- producers --------------------------------------------------------------------
-    def _pull(self, t: int) -> tuple[int, Any] | object:
-        """Next (index, item) for thread ``t``; ``_END`` when the source is exhausted
-        (or the stage closed). While paused, a thread serves its stash, then waits."""
+    def _pull(self) -> tuple[int, int, Any] | object:
+        """Next (seq, index, item) for a thread; ``_END`` when the source is exhausted
+        (or the stage closed). While paused, a thread waits."""
         while True:
             with self._src_lock:
-                stash = self._stash[t]
-                if stash:
-                    return stash.popleft()
                 if self._exhausted or self._stopped:
                     return _END
                 if not self._paused:
-                    got = self._next_locked(t)
-                    if got is None:
-                        continue  # stashed for its owner: pull again
-                    return got
+                    got = self._next_locked()
+                    if got is _END:
+                        return _END
+                    assert isinstance(got, tuple)
+                    seq = self._next_seq
+                    self._next_seq += 1
+                    return (seq, *got)
             with self._pause:
                 while self._paused and not self._stopped:
                     self._pause.wait()
 
-    def _next_locked(self, t: int | None) -> tuple[int, Any] | object | None:
-        """Take the source's next item (caller holds ``_src_lock``): ``(idx, item)`` if
-        thread ``t`` owns it (``t=None``: the consumer, inline), None if it was stashed
-        for its owner, ``_END`` at the end."""
+    def _next_locked(self) -> tuple[int, Any] | object:
+        """Take the source's next item (caller holds ``_src_lock``): ``(idx, item)``, or
+        ``_END`` at the end."""
         if self._it is None:
             self._it = iter(self._source)
         try:
@@ -151,10 +166,7 @@ class Prefetcher(Generic[T]):
             raise
         idx = self._next_index
         self._next_index += 1
-        if t is None or not self._ordered or idx % self._threads_n == t:
-            return idx, item
-        self._stash[idx % self._threads_n].append((idx, item))
-        return None
+        return idx, item
 
     def _stop_producers(self) -> None:
         with self._pause:
@@ -163,36 +175,38 @@ class Prefetcher(Generic[T]):
 
     def _set_paused(self, paused: bool) -> None:
         with self._pause:
-            if not paused and self._ordered:  # the next item's lane is the next delivered
-                with self._src_lock:
-                    self._runner._buf._restart_at(self._next_index % self._threads_n)
             self._paused = paused
             self._pause.notify_all()
 
-    def _make_work(self, t: int) -> Callable[[], Iterator[T]]:
-        def work() -> Iterator[T]:
-            fn = self._fn
-            while True:
-                got = self._pull(t)
-                if got is _END:
-                    return
-                assert isinstance(got, tuple)
-                idx, item = got
-                if fn is None:
-                    yield item
-                    continue
-                try:
-                    out = fn(item)
-                except BaseException as exc:
-                    add_note(
-                        exc,
-                        f"streambuf: raised in stage {self.name!r} on thread "
-                        f"{threading.current_thread().name!r} while processing item #{idx}",
-                    )
-                    raise
-                yield out
+    def _next_made(self) -> tuple[int, Any]:
+        """A thread's next ``(seq, result)`` (the lane runner's iterator step): a plain
+        call, not a generator, so a thread blocked in ``reserve`` pins nothing it made."""
+        got = self._pull()
+        if got is _END:
+            raise StopIteration
+        assert isinstance(got, tuple)
+        seq, idx, item = got
+        fn = self._fn
+        if fn is None:
+            return seq, item
+        try:
+            return seq, fn(item)
+        except StopIteration as stop:  # from fn: it must not end the stream
+            err = RuntimeError(f"fn raised StopIteration ({stop!r})")
+            add_note(err, self._where(idx))
+            raise err from stop
+        except BaseException as exc:
+            add_note(exc, self._where(idx))
+            raise
 
-        return work
+    def _where(self, idx: int) -> str:
+        return (
+            f"streambuf: raised in stage {self.name!r} on thread "
+            f"{threading.current_thread().name!r} while processing item #{idx}"
+        )
+
+    def _make_work(self, t: int) -> Callable[[], Iterator[tuple[int, T]]]:
+        return lambda: _Steps(self._next_made)
 
     # -- consumer ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[T]:
@@ -216,7 +230,7 @@ class Prefetcher(Generic[T]):
                     chooser.drained()
                 if chooser.inline:
                     with self._src_lock:
-                        got = _END if self._exhausted else self._next_locked(None)
+                        got = _END if self._exhausted else self._next_locked()
                     if got is _END:  # the producers end too, the runner drains
                         chooser.inline = False
                         self._set_paused(False)
@@ -259,7 +273,7 @@ class Prefetcher(Generic[T]):
         self.close()
 
     def stats(self) -> BufferStats:
-        """Snapshot of the underlying buffer (one lane per thread)."""
+        """Snapshot of the window (``streambuf.window.Window``)."""
         return self._runner.stats()
 
 

@@ -31,6 +31,8 @@ class BufferStats:
         empty_gets: ``get`` calls that found nothing ready and had to wait (the
             depth tuner's signal: the consumer is starved).
         lanes: one snapshot per lane (``ShardedBuffer`` only; empty otherwise).
+        outside: reservations a ``Window`` granted outside the count (round robin: the
+            lane the consumer waited on, while the window was full of other lanes' items).
     """
 
     items: int
@@ -46,6 +48,7 @@ class BufferStats:
     get_wait_s: float
     empty_gets: int
     lanes: tuple[BufferStats, ...] = ()
+    outside: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Flat dict for loggers (lanes as a list of dicts)."""

@@ -25,9 +25,8 @@ from hypothesis import strategies as st
 from torchdata.nodes import IterableWrapper
 
 import streambuf as sb
-from streambuf.buffer import ShardedBuffer
 from streambuf.nodes import _run
-from streambuf.nodes._window import OrderedWindow
+from streambuf.window import Window
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_thread_leak")]
 
@@ -49,17 +48,9 @@ class Checker:
 
     def __call__(self, eng) -> None:
         self.checks += 1
-        if isinstance(eng, OrderedWindow):  # in order: reservations + admitted results
-            domains = [(eng._held, eng._bytes, eng.max_items, eng.max_bytes)]
-            counted = eng._oversize
-        elif eng._pooled:
-            domains = [(eng._items + eng._reserved, eng._bytes, eng._max_items, eng._max_bytes)]
-            counted = eng._oversize
-        else:
-            domains = [
-                (len(ln.q) + ln.reserved, ln.bytes, ln.max_items, ln.max_bytes) for ln in eng._lanes
-            ]
-            counted = sum(ln.oversize for ln in eng._lanes)
+        assert isinstance(eng, Window)  # one pool: reservations + admitted results
+        domains = [(eng._held, eng._bytes, eng.max_items, eng.max_bytes)]
+        counted = eng._oversize
         for n, nbytes, max_items, max_bytes in domains:
             if n > 1 and (n > max_items or nbytes > max_bytes):
                 with self.lock:
@@ -75,18 +66,12 @@ class Checker:
 def checker(monkeypatch):
     check = Checker()
 
-    class Observed(ShardedBuffer):
+    class ObservedWindow(Window):
         def __init__(self, **kw):
             super().__init__(**kw)
             self._observer = check
 
-    class ObservedWindow(OrderedWindow):
-        def __init__(self, **kw):
-            super().__init__(**kw)
-            self._observer = check
-
-    monkeypatch.setattr(_run, "ShardedBuffer", Observed)
-    monkeypatch.setattr(_run, "OrderedWindow", ObservedWindow)
+    monkeypatch.setattr(_run, "Window", ObservedWindow)
     return check
 
 

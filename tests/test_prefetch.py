@@ -127,8 +127,10 @@ def test_iterating_twice_is_an_error():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="threads"):
-        prefetch(range(3), max_items=2, max_bytes="1MiB", threads=4)
+    # one pool: fewer slots than threads is fine (it once had to be >= threads)
+    assert list(prefetch(range(9), max_items=2, max_bytes="1MiB", threads=4, fn=abs)) == list(
+        range(9)
+    )
     with pytest.raises(ValueError, match="threads"):
         prefetch(range(3), max_items=2, max_bytes="1MiB", threads=0)
 

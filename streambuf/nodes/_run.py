@@ -1,27 +1,20 @@
-"""``MapRun``: the threads, byte accounting and state behind ``ParallelMapper`` and
+"""``MapRun``: the byte accounting and state behind ``ParallelMapper`` and
 ``Prefetcher`` (one run = one iteration of a node, from one ``reset`` to the next).
 
 ``threads`` threads pull from the source node (one at a time: a lock serialises it), apply
-``map_fn`` outside that lock (the concurrency: I/O and GIL-releasing decode) and put the
-results into byte- and count-bounded buffers (``streambuf.buffer``) that ``next()`` takes
-from.
-
-Byte accounting (docs/design.md invariants 1, 2 and 4, over everything a run holds):
+``map_fn`` outside that lock (the concurrency: I/O and GIL-releasing decode) and commit
+the results into one ``Window`` (``streambuf.window``) that ``next()`` takes from. The
+threads are the package's one lane runner (``streambuf._lanes``), a lane per thread:
 
 * **Reserve before build.** Before pulling its next item a thread reserves room for it
-  (its estimate: the largest result so far, or before the first its thread's share of
+  (its estimate: the largest result so far, or before the first its share of
   ``max_bytes``), so items being pulled and mapped count like queued ones.
-* **Never over the bound.** A result that fits its reservation takes its place; a larger
-  one gives the reservation back and waits, in its thread and outside the count, for
-  room at its real size (admitted alone into an empty buffer when it is larger than the
-  bound, counted in ``oversize``). So queued + reserved bytes never exceed the bound,
-  oversize alone excepted. (The package's ``LaneRunner`` puts such a result over the
-  bound; hence this runner.)
-* **One pool.** ``max_items`` and ``max_bytes`` bound the run as a whole.
-  ``in_order=True``: an ``OrderedWindow`` (``streambuf.nodes._window``: reservations in
-  pull order and a hand-off of the next item, so in-order delivery from one pool cannot
-  deadlock); ``in_order=False``: a pooled ``ShardedBuffer`` (``order="first_ready"``),
-  arrival order. Whichever thread is free pulls the next item.
+* **One pool.** ``max_items`` and ``max_bytes`` bound the run as a whole; a result
+  larger than its reservation waits, in its thread and outside the count, for room at
+  its real size (admitted alone into an empty window when larger than the bound,
+  counted in ``oversize``). ``in_order=True``: ``order="sequence"`` (a pull takes its
+  number after its room, so in-order delivery from one pool cannot deadlock);
+  ``in_order=False``: ``"first_ready"``. Whichever thread is free pulls the next item.
 
 State (torchdata's rule: it describes exactly the items ``next()`` returned): each pull
 captures ``source.state_dict()`` with the item, under the source lock, as ``(index,
@@ -35,26 +28,24 @@ A run resumed from it resets the source to ``"source"`` and drops the items at
 
 Errors: an exception in the source, ``map_fn`` or ``sizeof`` reaches ``next()`` as the
 same object, with a note naming the node, the thread and the item; held items are
-dropped. Shutdown: ``close()`` aborts the buffers (drops what they hold, wakes every
+dropped. Shutdown: ``close()`` closes the window (drops what it holds, wakes every
 blocked thread) and joins the threads within ``join_timeout_s``; after ``close()`` the
 threads never touch the source again (each pull checks, under the source lock). A thread
-stuck in ``map_fn`` is a daemon, logged; it ends at its next reserve or put.
+stuck in ``map_fn`` is a daemon, logged; it ends at its next reserve or commit.
 """
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .._threads import join_all
+from .._lanes import LaneRunner
 from .._units import check_size
-from ..buffer import ShardedBuffer
-from ..errors import BufferClosed, add_note
+from ..errors import BufferClosed
 from ..stats import BufferStats
-from ._window import OrderedWindow
+from ..window import Window
 
 __all__ = ["AHEAD_KEY", "SOURCE_KEY", "MapRun"]
 
@@ -62,35 +53,33 @@ SOURCE_KEY = "source"
 AHEAD_KEY = "delivered_ahead"
 
 # (result, source index, source state after it, bytes): the size rides along, measured once
-Rec = tuple[Any, int, Any, int]
-_rec_size = operator.itemgetter(3)
+Made = tuple[Any, int, Any, int]
 
 
-class _Pool:
-    """As-ready delivery (the alternative to ``OrderedWindow``): one pooled
-    ``ShardedBuffer`` (arrival order), a lane per thread."""
+def _rec_size(rec: Made) -> int:
+    return rec[3]
 
-    def __init__(self, *, threads: int, max_items: int, max_bytes: int) -> None:
-        self.buf: ShardedBuffer[Rec] = ShardedBuffer(
-            lanes=threads,
-            max_items=max_items,
-            max_bytes=max_bytes,
-            order="first_ready",
-            sizeof=_rec_size,
-        )
 
-    def put(self, t: int, rec: Rec, est: int) -> None:
-        if rec[3] <= est:
-            self.buf.put(t, rec, reserved=est)
-        else:  # larger than its room: wait for room at its real size
-            self.buf.cancel(t, est)
-            self.buf.put(t, rec)
+class _Steps:
+    """One thread's iterator: each ``next`` pulls and maps one item (a plain call, not a
+    generator, so a thread blocked in ``reserve`` pins nothing it made)."""
+
+    __slots__ = ("_run", "_t")
+
+    def __init__(self, run: MapRun, t: int) -> None:
+        self._run, self._t = run, t
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> tuple[int, Made]:
+        return self._run._step(self._t)
 
 
 class MapRun:
     """One iteration of a node; see the module docstring.
 
-    Ownership: the run owns its threads and buffers; the source and ``src_lock`` belong to
+    Ownership: the run owns its threads and window; the source and ``src_lock`` belong to
     the node, which resets the source (holding ``src_lock``) before it makes a run.
 
     Args:
@@ -119,18 +108,14 @@ class MapRun:
         self._fn = fn
         self._sizeof = sizeof
         self.name = name
-        self._join_timeout_s = join_timeout_s
         self._src_lock = src_lock
-        self._window = (
-            OrderedWindow(threads=threads, max_items=max_items, max_bytes=max_bytes)
-            if in_order
-            else None
+        self._window: Window[Made] = Window(
+            lanes=threads,
+            order="sequence" if in_order else "first_ready",
+            max_items=max_items,
+            max_bytes=max_bytes,
         )
-        self._pool = (
-            None if in_order else _Pool(threads=threads, max_items=max_items, max_bytes=max_bytes)
-        )
-        self._share = max(1, max_bytes // threads)  # the first estimate of each thread
-        self._largest = -1  # bytes of the largest result so far (any thread)
+        self._doing = ["pulling from its source"] * threads  # per thread, for error notes
         self._lock = threading.Lock()  # guards the delivered-state tracking below
         self._pulled = 0  # source items pulled (their indices); under src_lock
         self._issued = 0  # sequence numbers handed out (skipped items get none)
@@ -140,14 +125,19 @@ class MapRun:
         self._prefix_state = start_state  # the source's state after index _prefix - 1
         self._ahead: dict[int, Any] = {}  # delivered indices >= _prefix -> state after each
         self._skip = set(skip)  # delivered before the checkpoint, not pulled again yet
-        self._threads = [
-            threading.Thread(
-                target=self._work, args=(t,), name=f"streambuf-{name}-{t}", daemon=True
-            )
-            for t in range(threads)
-        ]
-        for th in self._threads:
-            th.start()
+        self._runner: LaneRunner[Made] = LaneRunner(
+            [partial(_Steps, self, t) for t in range(threads)],
+            window=self._window,
+            numbered=True,
+            sizeof=_rec_size,
+            name=name,
+            kind="node",
+            join_timeout_s=join_timeout_s,
+            on_close=self._stop,
+            stops_when="at its next reserve or commit",
+            describe=lambda t: f"while {self._doing[t]}",
+        )
+        self._runner.start()
 
     # -- threads ----------------------------------------------------------------------
     def _pull(self) -> tuple[int, int, Any, Any] | None:
@@ -161,6 +151,9 @@ class MapRun:
                 except StopIteration:
                     self._ended = True
                     return None
+                except BaseException:
+                    self._ended = True  # no thread pulls again
+                    raise
                 state = self._source.state_dict()
                 idx = self._pulled
                 self._pulled += 1
@@ -173,73 +166,27 @@ class MapRun:
                     self._issued += 1
                 return seq, idx, item, state
 
-    def _work(self, t: int) -> None:
-        reserve: Callable[[int], None]
-        cancel: Callable[[int], None]
-        finish: Callable[[], None]
-        put: Callable[[int, Rec, int], None]
-        if self._window is not None:
-            w = self._window
-            reserve, cancel, finish = w.reserve, w.cancel, w.finish
-
-            def put(seq: int, rec: Rec, est: int) -> None:
-                w.put(seq, rec, rec[3], est)
-        else:
-            pool = self._pool
-            assert pool is not None
-            reserve, cancel = partial(pool.buf.reserve, t), partial(pool.buf.cancel, t)
-            finish = partial(pool.buf.finish, t)
-
-            def put(seq: int, rec: Rec, est: int) -> None:
-                pool.put(t, rec, est)
-
-        fn, sizeof = self._fn, self._sizeof
-        doing = "pulling from its source"
+    def _step(self, t: int) -> tuple[int, Made]:
+        """Thread ``t``'s next ``(seq, (result, index, state, bytes))``."""
+        self._doing[t] = "pulling from its source"
+        got = self._pull()
+        if got is None:
+            raise StopIteration
+        seq, idx, item, state = got
+        self._doing[t] = f"mapping item #{seq}"
         try:
-            while True:
-                est = self._largest if self._largest >= 0 else self._share
-                reserve(est)
-                try:
-                    doing = "pulling from its source"
-                    got = self._pull()
-                    if got is None:
-                        cancel(est)
-                        return
-                    seq, idx, item, state = got
-                    doing = f"mapping item #{seq}"
-                    out = item if fn is None else fn(item)
-                    size = check_size(sizeof(out))
-                except BaseException:
-                    cancel(est)
-                    raise
-                if size > self._largest:  # before put, which may wait: others learn now
-                    self._largest = size
-                put(seq, (out, idx, state, size), est)
-                del got, item, out  # a thread blocked in reserve must not pin the last result
-        except BufferClosed:
-            pass  # closed by reset/shutdown, or another thread failed
-        except BaseException as exc:
-            if isinstance(exc, StopIteration):  # from map_fn: it must not end the stream
-                cause, exc = exc, RuntimeError(f"map_fn raised StopIteration ({exc!r})")
-                exc.__cause__ = cause
-            add_note(
-                exc,
-                f"streambuf: raised in node {self.name!r} on thread "
-                f"{threading.current_thread().name!r} while {doing}",
-            )
-            self._fail(exc)
-        finally:
-            finish()
+            out = item if self._fn is None else self._fn(item)
+        except StopIteration as stop:  # from map_fn: it must not end the stream
+            self._ended = True
+            raise RuntimeError(f"map_fn raised StopIteration ({stop!r})") from stop
+        except BaseException:
+            self._ended = True  # no thread pulls again
+            raise
+        return seq, (out, idx, state, check_size(self._sizeof(out)))
 
-    def _abort(self, exc: BaseException) -> None:
-        if self._window is not None:
-            self._window.abort(exc)
-        if self._pool is not None:
-            self._pool.buf.abort(exc)
-
-    def _fail(self, exc: BaseException) -> None:
-        self._ended = True  # no thread pulls again
-        self._abort(exc)  # the first error wins: next() raises it
+    def _stop(self) -> None:
+        with self._src_lock:
+            self._ended = True
 
     # -- consumer ---------------------------------------------------------------------
     def _mark(self, idx: int, state: Any) -> None:
@@ -258,11 +205,7 @@ class MapRun:
         if self._closed:
             raise StopIteration
         try:
-            if self._window is not None:
-                out, idx, state, _ = self._window.get()
-            else:
-                assert self._pool is not None
-                out, idx, state, _ = self._pool.buf.get()
+            out, idx, state, _ = self._window.get()
         except BufferClosed:
             raise StopIteration from None
         with self._lock:
@@ -277,10 +220,7 @@ class MapRun:
             return {SOURCE_KEY: self._prefix_state, AHEAD_KEY: ahead}
 
     def stats(self) -> BufferStats:
-        if self._window is not None:
-            return self._window.stats()
-        assert self._pool is not None
-        return self._pool.buf.stats()
+        return self._window.stats()
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -288,11 +228,8 @@ class MapRun:
         return self._closed
 
     def close(self) -> None:
-        """Stop the threads, drop what the buffers hold, join (bounded). Idempotent."""
+        """Stop the threads, drop what the window holds, join (bounded). Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._abort(BufferClosed(f"node {self.name!r} was reset or shut down"))
-        join_all(
-            self._threads, timeout_s=self._join_timeout_s, stops_when="at its next reserve or put"
-        )
+        self._runner.close()

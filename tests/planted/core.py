@@ -17,10 +17,11 @@ MUTANTS = [
         "tests/test_prefetch_adaptive.py",
     ),
     m(
-        "adaptive map: back on the threads, round robin restarts at lane 0",
+        "adaptive map: back on the threads, the window's numbering restarts at 0",
         "streambuf/prefetch.py",
-        "self._runner._buf._restart_at(self._next_index % self._threads_n)",
-        "self._runner._buf._restart_at(0)",
+        "        with self._pause:\n            self._paused = paused",
+        "        with self._pause:\n            if not paused:\n                self._next_seq = 0\n"
+        "            self._paused = paused",
         "tests/test_prefetch_adaptive.py",
     ),
     m(
@@ -247,31 +248,56 @@ MUTANTS = [
         "tests/test_options.py::test_timeout_zero_with_skip_is_refused_not_silently_skipping",
     ),
     m(
-        "nodes: an in-order result larger than its reservation is put over the bound",
-        "streambuf/nodes/_window.py",
-        "if size > reserved and (self._waiters or not self._fits(size)):",
+        "window: a result larger than its reservation is put over the bound",
+        "streambuf/window.py",
+        "if (size > nbytes or not counted) and (self._waiters or not self._fits(size)):",
         "if False:",
         "tests/test_nodes_properties.py",
     ),
     m(
-        "nodes: an as-ready result larger than its reservation is put over the bound",
-        "streambuf/nodes/_run.py",
-        "if rec[3] <= est:",
-        "if True:",
-        "tests/test_nodes_properties.py",
+        "window: round robin's awaited lane waits for room behind other lanes (deadlock)",
+        "streambuf/window.py",
+        "                if lane >= 0 and self._awaited == lane:\n",
+        "                if False:\n",
+        "tests/test_window.py::test_a_round_robin_head_waits_outside_the_count_and_is_counted_so",
     ),
     m(
-        "nodes: items being made are not counted in bytes (no reservation estimate)",
-        "streambuf/nodes/_run.py",
-        "est = self._largest if self._largest >= 0 else self._share",
-        "est = 0",
+        "window: round robin drops a finished lane before it is drained",
+        "streambuf/window.py",
+        "if key in self._results or not self._done[lane]:",
+        "if not self._done[lane]:",
+        "tests/test_window.py",
+    ),
+    m(
+        "window: a reservation granted outside the count is counted on release",
+        "streambuf/window.py",
+        "            nbytes, counted = got\n            if counted:\n                self._held -= 1\n"
+        "                self._reserved -= 1\n                self._bytes -= nbytes\n"
+        "                self._wake_first()\n\n",
+        "            nbytes, counted = got\n            if True:\n                self._held -= 1\n"
+        "                self._reserved -= 1\n                self._bytes -= nbytes\n"
+        "                self._wake_first()\n\n",
+        "tests/test_window.py",
+    ),
+    m(
+        "window: a reservation's room not given back when its result waits (a hang)",
+        "streambuf/window.py",
+        "                self._wake_first()  # its room may be what the first waiter needs\n",
+        "",
+        "tests/test_window.py",
+    ),
+    m(
+        "runner: items being made are not counted in bytes (no reservation estimate)",
+        "streambuf/_lanes.py",
+        "estimate = self._largest if self._largest >= 0 else win.share(lane)",
+        "estimate = 0",
         "tests/test_nodes.py::test_items_being_made_count_against_the_byte_bound",
     ),
     m(
         "nodes: the window never hands the head over (in-order deadlock)",
-        "streambuf/nodes/_window.py",
-        "(slot.admitted or slot.token is not None)",
-        "slot.admitted",
+        "streambuf/window.py",
+        "if slot is not None and (slot.admitted or slot.token is not None):",
+        "if slot is not None and slot.admitted:",
         "tests/test_nodes.py::test_a_head_result_larger_than_its_reservation_is_handed_over",
     ),
     m(

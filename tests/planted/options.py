@@ -107,8 +107,8 @@ MUTANTS = [
     _m(
         "a node's sizeof result taken as int() of it",
         "streambuf/nodes/_run.py",
-        "size = check_size(sizeof(out))",
-        "size = int(sizeof(out))",
+        "return seq, (out, idx, state, check_size(self._sizeof(out)))",
+        "return seq, (out, idx, state, int(self._sizeof(out)))",
         f"{VALUES}::test_sizeof_returning_a_bad_size_is_an_error_naming_sizeof",
     ),
     _m(

@@ -1,0 +1,428 @@
+"""``Window``: the one bounded hand-over between a runner's lanes and its consumer.
+
+Every concurrent stage runs ``LaneRunner`` (``streambuf._lanes``) into a ``Window``: the
+shard lanes of ``shards()``, the video lanes of ``video.clips()``, threaded maps
+(``Prefetcher``) and the ``torchdata.nodes`` nodes. Lane ``t`` (one thread) repeats::
+
+    window.reserve(t, estimate)   # room for the next item, before it is made
+    item = make()                 # on failure: window.release(t)
+    window.commit(t, item, size, seq=...)
+    ...
+    window.finish(t)              # no more items from lane t
+
+and one consumer calls ``get()``. Orders:
+
+* ``"sequence"``: items leave by ``seq`` (0, 1, 2, ...), given at ``commit``. The
+  producers share one source and take sequence numbers *after* they reserve, in the
+  order they pull (``Prefetcher``, ``ParallelMapper``).
+* ``"round_robin"``: lane ``start_lane``, then the next, ..., skipping lanes that are
+  finished and drained; each lane's items in the order it made them. Deterministic
+  whatever the timing (shard and video lanes).
+* ``"first_ready"``: the order items were admitted (no head-of-line blocking).
+
+Bounds (docs/design.md invariants 1, 2, 4), one pool for every order: what the window
+*counts* -- reservations (items being made) plus admitted results -- is at most
+``max_items`` items and ``max_bytes`` bytes, except that one reservation or result
+larger than ``max_bytes`` is admitted alone into an empty window (counted in
+``oversize``). What the count cannot see, each at most one per lane and each in its own
+thread: a result larger than its reservation waiting for room at its real size, and, in
+round robin only, the reservation of the lane the consumer is waiting on when the window
+is full of other lanes' items (``stats().outside``).
+
+Deadlock freedom with one pool: producers waiting for room are served first come, first
+served; a waiting result that is the next to deliver is taken by ``get`` straight from
+its thread (the hand-off); in sequence order the head is always reserved first (its
+number is taken after its reservation); in round robin a lane the consumer waits on
+never waits for room (it reserves outside the count). So the next item to deliver is
+always admitted, being made, or handed over.
+
+Ownership: an item belongs to the window from ``commit`` until ``get`` returns it. Each
+lane has at most one reservation at a time (one thread per lane).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from ._units import parse_bytes, parse_count
+from .errors import BufferClosed
+from .stats import BufferStats
+
+__all__ = ["LaneWindow", "Window", "WindowOrder"]
+
+T = TypeVar("T")
+WindowOrder = Literal["sequence", "round_robin", "first_ready"]
+_ORDERS = ("sequence", "round_robin", "first_ready")
+_ENDED = object()
+
+
+class LaneWindow(Protocol[T]):
+    """What a runner fills and a consumer drains (``Window`` is the implementation)."""
+
+    order: WindowOrder
+
+    def share(self, lane: int) -> int: ...
+    def reserve(self, lane: int, nbytes: int) -> None: ...
+    def commit(self, lane: int, item: T, size: int, *, seq: int | None = None) -> None: ...
+    def release(self, lane: int) -> None: ...
+    def finish(self, lane: int) -> None: ...
+    def get(self) -> T: ...
+    def abort(self, exc: BaseException) -> None: ...
+    def close(self) -> None: ...
+    def stats(self) -> BufferStats: ...
+
+
+class _Slot:
+    __slots__ = ("admitted", "item", "size", "taken", "token")
+
+    def __init__(self, item: Any, size: int) -> None:
+        self.item, self.size = item, size
+        self.admitted = False  # counted in the window (else: waiting in its thread)
+        self.taken = False  # handed over by get() before it was admitted
+        self.token: threading.Condition | None = None  # its thread waits on this
+
+
+class Window(Generic[T]):
+    """See the module docstring.
+
+    Args:
+        lanes: producer lanes (one thread each).
+        max_items, max_bytes: the pool's bounds (reservations + admitted results).
+        order: ``"sequence"``, ``"round_robin"`` or ``"first_ready"``.
+        start_lane: round robin only: the lane delivered first (a resumed stream).
+    """
+
+    def __init__(
+        self,
+        *,
+        lanes: int,
+        max_items: int,
+        max_bytes: int | str,
+        order: WindowOrder,
+        start_lane: int = 0,
+    ) -> None:
+        if order not in _ORDERS:
+            raise ValueError(f"order={order!r} must be one of {', '.join(map(repr, _ORDERS))}")
+        self.order: WindowOrder = order
+        self.lanes = parse_count(lanes, name="lanes")
+        self.max_items = parse_count(max_items, name="max_items")
+        self.max_bytes = parse_bytes(max_bytes)
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # the consumer waits here
+        self._waiters: deque[threading.Condition] = deque()  # for room, first come first
+        self._held = 0  # counted reservations + admitted results
+        self._reserved = 0  # counted reservations
+        self._bytes = 0  # their bytes
+        self._res: dict[int, tuple[int, bool]] = {}  # lane -> (bytes, counted)
+        self._res_waiting: dict[int, threading.Condition] = {}  # lane -> its reserve wait
+        self._results: dict[Any, _Slot] = {}
+        self._running = self.lanes  # lanes not finished
+        self._done = [False] * self.lanes
+        # sequence: the number delivered next; round robin: per lane, made and taken
+        self._next = 0
+        self._made = [0] * self.lanes
+        self._taken = [0] * self.lanes
+        self._rotation = list(range(self.lanes))
+        self._cursor = start_lane % self.lanes
+        self._awaited: int | None = None  # round robin: the lane get() waits on
+        self._arrivals: deque[int] = deque()  # first ready: admitted keys, in order
+        self._arrival_keys = 0
+        self._closed = False
+        self._error: BaseException | None = None
+        self._peak_items = self._peak_bytes = self._oversize = self._outside = 0
+        self._puts = self._gets = self._empty_gets = 0
+        self._put_wait_s = self._get_wait_s = 0.0
+        self._observer: Callable[[Window[Any]], None] | None = None  # tests only
+
+    # -- producers ----------------------------------------------------------------------
+    def share(self, lane: int) -> int:
+        """A lane's even share of the byte bound: its first estimate, before any item."""
+        return max(1, self.max_bytes // self.lanes)
+
+    def _fits(self, nbytes: int) -> bool:
+        return self._held == 0 or (
+            self._held < self.max_items and self._bytes + nbytes <= self.max_bytes
+        )
+
+    def _count(self, nbytes: int) -> None:
+        self._held += 1
+        self._bytes += nbytes
+        if self._bytes > self._peak_bytes:
+            self._peak_bytes = self._bytes
+        if nbytes > self.max_bytes:
+            self._oversize += 1
+        if self._observer is not None:
+            self._observer(self)
+
+    def _wake_first(self) -> None:
+        if self._waiters:
+            self._waiters[0].notify()
+
+    def _wait_for_room(self, nbytes: int, *, slot: _Slot | None = None, lane: int = -1) -> bool:
+        """Until ``nbytes`` fits and this waiter is first: True. False: ``slot`` was
+        taken by ``get`` (hand-off), or the awaited ``lane`` may reserve outside."""
+        token = threading.Condition(self._lock)
+        if slot is not None:
+            slot.token = token
+        elif lane >= 0:
+            self._res_waiting[lane] = token
+        self._waiters.append(token)
+        t0 = time.monotonic()
+        try:
+            while True:
+                if self._closed:
+                    raise BufferClosed("window closed while waiting for room")
+                if slot is not None and slot.taken:
+                    return False
+                if lane >= 0 and self._awaited == lane:
+                    return False
+                if self._waiters[0] is token and self._fits(nbytes):
+                    return True
+                token.wait()
+        finally:
+            self._waiters.remove(token)
+            if slot is None and lane >= 0:
+                self._res_waiting.pop(lane, None)
+            self._wake_first()
+            self._put_wait_s += time.monotonic() - t0
+
+    def _check_lane(self, lane: int) -> None:
+        if not 0 <= lane < self.lanes:
+            raise IndexError(f"lane={lane} out of range for lanes={self.lanes}")
+
+    def reserve(self, lane: int, nbytes: int) -> None:
+        """Take room for lane ``lane``'s next item (about ``nbytes``) before making it.
+
+        Raises:
+            BufferClosed: the window is (or gets) closed.
+        """
+        self._check_lane(lane)
+        with self._lock:
+            if self._closed:
+                raise BufferClosed("reserve() on a closed window")
+            if lane in self._res:
+                raise RuntimeError(f"lane {lane} reserved twice without commit or release")
+            counted = True
+            if self._waiters or not self._fits(nbytes):
+                rr = self.order == "round_robin"
+                counted = self._wait_for_room(nbytes, lane=lane if rr else -1)
+            self._res[lane] = (nbytes, counted)
+            if counted:
+                self._reserved += 1
+                self._count(nbytes)
+            else:
+                self._outside += 1
+
+    def release(self, lane: int) -> None:
+        """Give back lane ``lane``'s reservation: it made no item."""
+        with self._lock:
+            got = self._res.pop(lane, None)
+            if got is None or self._closed:
+                return  # close()/abort() forgot every reservation
+            nbytes, counted = got
+            if counted:
+                self._held -= 1
+                self._reserved -= 1
+                self._bytes -= nbytes
+                self._wake_first()
+
+    def _key(self, lane: int, seq: int | None) -> Any:
+        if self.order == "sequence":
+            if seq is None or seq < self._next or seq in self._results:
+                raise RuntimeError(
+                    f"lane {lane} committed seq={seq!r}, which is not a new number "
+                    f"(delivered up to {self._next}): the producers' numbering is broken"
+                )
+            return seq
+        if self.order == "round_robin":
+            key = (lane, self._made[lane])
+            self._made[lane] += 1
+            return key
+        self._arrival_keys += 1
+        return self._arrival_keys
+
+    def commit(self, lane: int, item: T, size: int, *, seq: int | None = None) -> None:
+        """Lane ``lane``'s item (``size`` bytes) replaces its reservation; if it is larger
+        (or was reserved outside the count), it waits for room at its real size, or for
+        ``get`` to take it straight from this thread when it is the next to deliver.
+
+        Raises:
+            BufferClosed: the window is (or gets) closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise BufferClosed("commit() on a closed window")
+            got = self._res.pop(lane, None)
+            if got is None:
+                raise RuntimeError(f"lane {lane} committed without a reservation")
+            nbytes, counted = got
+            if counted:
+                self._held -= 1
+                self._reserved -= 1
+                self._bytes -= nbytes
+                self._wake_first()  # its room may be what the first waiter needs
+            key = self._key(lane, seq)
+            slot = _Slot(item, size)
+            self._puts += 1
+            if (size > nbytes or not counted) and (self._waiters or not self._fits(size)):
+                if self.order != "first_ready":
+                    self._results[key] = slot  # visible to get(): the hand-off
+                    self._arrived.notify()
+                if not self._wait_for_room(size, slot=slot):
+                    return  # taken by get()
+            slot.admitted = True
+            self._results[key] = slot
+            if self.order == "first_ready":
+                self._arrivals.append(key)
+            self._count(size)
+            items = self._held - self._reserved
+            if items > self._peak_items:
+                self._peak_items = items
+            self._wake_first()  # a smaller result may have left room
+            self._arrived.notify()
+
+    def finish(self, lane: int) -> None:
+        """Lane ``lane`` is done: no more items from it. Idempotent."""
+        with self._lock:
+            if not self._done[lane]:
+                self._done[lane] = True
+                self._running -= 1
+            self._arrived.notify()
+
+    # -- consumer -----------------------------------------------------------------------
+    def _head(self) -> Any:
+        """The key delivered next, None (not known yet) or ``_ENDED``. Holds the lock."""
+        if self.order == "sequence":
+            if self._next in self._results or self._running:
+                return self._next
+            return _ENDED
+        if self.order == "first_ready":
+            if self._arrivals:
+                return self._arrivals[0]
+            return None if self._running else _ENDED
+        rot = self._rotation
+        while rot:
+            if self._cursor >= len(rot):
+                self._cursor = 0
+            lane = rot[self._cursor]
+            key = (lane, self._taken[lane])
+            if key in self._results or not self._done[lane]:
+                return key
+            del rot[self._cursor]  # finished and drained: skip it from now on
+        return _ENDED
+
+    def get(self) -> T:
+        """The next item in this window's order.
+
+        Raises:
+            BufferClosed: every lane finished and everything was delivered, or closed.
+            the error given to ``abort``.
+        """
+        with self._lock:
+            t0 = None
+            try:
+                while True:
+                    if self._error is not None:
+                        raise self._error
+                    if self._closed:
+                        raise BufferClosed("window closed")
+                    key = self._head()
+                    if key is _ENDED:
+                        raise BufferClosed("window drained")
+                    slot = self._results.get(key) if key is not None else None
+                    # admitted, or waiting outside the count in its thread: hand it over
+                    if slot is not None and (slot.admitted or slot.token is not None):
+                        break
+                    if t0 is None:
+                        t0 = time.monotonic()
+                        self._empty_gets += 1
+                    if self.order == "round_robin":
+                        self._awaited = key[0]
+                        token = self._res_waiting.get(key[0])
+                        if token is not None:
+                            token.notify()  # it may reserve outside the count now
+                    self._arrived.wait()
+            finally:
+                self._awaited = None
+                if t0 is not None:
+                    self._get_wait_s += time.monotonic() - t0
+            del self._results[key]
+            if self.order == "sequence":
+                self._next += 1
+            elif self.order == "round_robin":
+                self._taken[key[0]] += 1
+                self._cursor += 1
+            else:
+                self._arrivals.popleft()
+            self._gets += 1
+            if slot.admitted:
+                self._held -= 1
+                self._bytes -= slot.size
+                if self._observer is not None:
+                    self._observer(self)
+                self._wake_first()
+            else:  # waiting outside the count: handed over, its thread goes on
+                slot.taken = True
+                assert slot.token is not None
+                slot.token.notify()
+            return slot.item
+
+    def __iter__(self) -> Iterator[T]:
+        """Items until every lane finished and all was delivered (or closed)."""
+        while True:
+            try:
+                yield self.get()
+            except BufferClosed:
+                return
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def abort(self, exc: BaseException) -> None:
+        """Drop everything held, wake everyone; ``get`` raises ``exc`` from now on (the
+        first error wins)."""
+        with self._lock:
+            if self._error is None:
+                self._error = exc
+            self._drop()
+
+    def close(self) -> None:
+        """Drop everything held, wake everyone; ``get`` ends. Idempotent."""
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._closed = True
+        self._results.clear()
+        self._arrivals.clear()
+        self._res.clear()
+        self._held = self._reserved = self._bytes = 0
+        for token in self._waiters:
+            token.notify()
+        self._arrived.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> BufferStats:
+        """``items``: admitted results; ``bytes``: theirs plus counted reservations;
+        ``outside``: reservations granted outside the count (round robin's awaited lane)."""
+        with self._lock:
+            return BufferStats(
+                items=self._held - self._reserved,
+                bytes=self._bytes,
+                max_items=self.max_items,
+                max_bytes=self.max_bytes,
+                peak_items=self._peak_items,
+                peak_bytes=self._peak_bytes,
+                oversize=self._oversize,
+                puts=self._puts,
+                gets=self._gets,
+                put_wait_s=self._put_wait_s,
+                get_wait_s=self._get_wait_s,
+                empty_gets=self._empty_gets,
+                outside=self._outside,
+            )

@@ -1,0 +1,269 @@
+"""The one window (``streambuf.window.Window``) under the one runner (``LaneRunner``), in
+its three orders, with random item sizes (some larger than the whole bound), lane counts,
+lane lengths, producer and consumer speeds.
+
+An observer runs under the window's lock after every reservation, admission and removal
+and checks the one pool: reservations + admitted results <= ``max_items`` and their bytes
+<= ``max_bytes``, unless one is held alone (oversize, which must then be counted). The
+consumer checks the order (round robin: lanes in turn from ``start_lane``, skipping
+finished lanes; sequence: by number; first ready: nothing lost or repeated) and that
+nothing hangs (every run ends within its deadline).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from streambuf._lanes import LaneRunner
+from streambuf.errors import BufferClosed
+from streambuf.window import Window
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_thread_leak")]
+
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+class Checker:
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+
+    def __call__(self, w: Window) -> None:
+        n, nbytes = w._held, w._bytes
+        if n > 1 and (n > w.max_items or nbytes > w.max_bytes):
+            self.violations.append(f"{n} held ({nbytes} B) > {w.max_items}, {w.max_bytes} B")
+        if nbytes > w.max_bytes and w._oversize == 0:
+            self.violations.append(f"oversize {nbytes} B alone, not counted")
+
+
+def round_robin_reference(lengths: list[int], start: int) -> list[tuple[int, int]]:
+    """(lane, i) in round-robin order from ``start``, finished lanes skipped."""
+    out, k = [], len(lengths)
+    for r in range(max(lengths, default=0)):
+        for j in range(k):
+            lane = (start + j) % k
+            if r < lengths[lane]:
+                out.append((lane, r))
+    return out
+
+
+def run(runner: LaneRunner, deadline_s: float = 10.0) -> list:
+    got: list = []
+    failure: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for item in runner:
+                got.append(item)
+                time.sleep(consume_delay[0] * random.random())
+        except BaseException as exc:
+            failure.append(exc)
+
+    th = threading.Thread(target=consume, daemon=True)
+    th.start()
+    th.join(deadline_s)
+    hung = th.is_alive()
+    runner.close()
+    th.join(5)
+    assert not hung, f"a hang: {len(got)} items delivered in {deadline_s} s"
+    if failure:
+        raise failure[0]
+    return got
+
+
+consume_delay = [0.0]
+
+case = st.fixed_dictionaries(
+    {
+        "order": st.sampled_from(["round_robin", "sequence", "first_ready"]),
+        "lanes": st.integers(1, 4),
+        "max_items": st.integers(1, 6),
+        "max_bytes": st.integers(20, 300),
+        "lengths": st.lists(st.integers(0, 12), min_size=4, max_size=4),
+        "big": st.floats(0, 0.3),
+        "size": st.one_of(st.none(), st.integers(1, 300)),  # every item this size
+        "delay": st.sampled_from([0.0, 0.0, 0.001, 0.004]),
+        "consumer_delay": st.sampled_from([0.0, 0.0005, 0.002]),
+        "start": st.integers(0, 3),
+        "seed": st.integers(0, 1000),
+    }
+)
+
+
+@SETTINGS
+@given(case)
+@example(  # the head lane is slow while another fills the pool: it must reserve outside
+    {
+        "order": "round_robin",
+        "lanes": 2,
+        "max_items": 2,
+        "max_bytes": 300,
+        "lengths": [6, 12, 0, 0],
+        "big": 0.0,
+        "size": None,
+        "delay": 0.001,
+        "consumer_delay": 0.0,
+        "start": 0,
+        "seed": 1,
+    }
+)
+@example(  # results larger than the first estimate (a share): each waits for room
+    {
+        "order": "first_ready",
+        "lanes": 4,
+        "max_items": 6,
+        "max_bytes": 250,
+        "lengths": [10, 10, 10, 10],
+        "big": 0.0,
+        "size": 100,
+        "delay": 0.004,
+        "consumer_delay": 0.0,
+        "start": 0,
+        "seed": 2,
+    }
+)
+def test_bounds_order_and_no_hang(c) -> None:
+    rng = random.Random(c["seed"])
+    lanes = c["lanes"]
+    lengths = c["lengths"][:lanes]
+    sizes = {
+        (t, i): c["size"]
+        if c["size"] is not None
+        else rng.randrange(400)
+        if rng.random() < c["big"]
+        else rng.randrange(40)
+        for t in range(lanes)
+        for i in range(lengths[t])
+    }
+    check = Checker()
+    window: Window = Window(
+        lanes=lanes,
+        max_items=c["max_items"],
+        max_bytes=c["max_bytes"],
+        order=c["order"],
+        start_lane=c["start"],
+    )
+    window._observer = check
+    consume_delay[0] = c["consumer_delay"]
+    delay = c["delay"]
+    numbered = c["order"] != "round_robin"
+    shared = iter([(t, i) for t in range(lanes) for i in range(lengths[t])])
+    lock = threading.Lock()
+    counter = [0]
+
+    def work(t: int) -> Iterator:
+        if not numbered:  # its own items
+            for i in range(lengths[t]):
+                if delay and (t + i) % 2 == 0:  # lane 0's first item slow: the head
+                    time.sleep(delay * (3 if t == 0 else 1))
+                yield (t, i)
+            return
+        while True:  # producers sharing one source: number after the pull
+            with lock:
+                item = next(shared, None)
+                if item is None:
+                    return
+                seq = counter[0]
+                counter[0] += 1
+            if delay:
+                time.sleep(delay * (0.5 + rng.random()))
+            yield seq, item
+
+    runner = LaneRunner(
+        [lambda t=t: work(t) for t in range(lanes)],
+        window=window,
+        numbered=numbered,
+        sizeof=lambda item: sizes[item],
+        name="test",
+    )
+    got = run(runner)
+    every = sorted(sizes)
+    if c["order"] == "round_robin":
+        assert got == round_robin_reference(lengths, c["start"] % lanes)
+    elif c["order"] == "sequence":
+        assert got == [(t, i) for t in range(lanes) for i in range(lengths[t])]
+    else:
+        assert sorted(got) == every
+    assert check.violations == []
+    st_ = window.stats()
+    assert st_.puts == st_.gets == len(every)
+
+
+def test_a_round_robin_head_waits_outside_the_count_and_is_counted_so() -> None:
+    # lane 1's items are small and quick, lane 0's large and slow: lane 1 runs ahead and
+    # fills the pool with items the consumer takes only after lane 0's next one, whose
+    # reservation (the largest size so far) then finds no room: the consumer waits on
+    # lane 0, so lane 0 reserves outside the count instead of waiting behind lane 1
+    window: Window = Window(lanes=2, max_items=100, max_bytes=100, order="round_robin")
+
+    def lane0() -> Iterator:
+        for i in range(6):
+            time.sleep(0.01)
+            yield ("a", i, 80)
+
+    def lane1() -> Iterator:
+        for i in range(60):
+            yield ("b", i, 10)
+
+    runner = LaneRunner([lane0, lane1], window=window, sizeof=lambda item: item[2], name="test")
+    got = run(runner, deadline_s=10)
+    assert got == round_robin_items(6, 60)
+    st_ = window.stats()
+    assert st_.outside >= 1 and st_.peak_bytes <= 100
+
+
+def round_robin_items(a: int, b: int) -> list:
+    out = []
+    for i in range(max(a, b)):
+        if i < a:
+            out.append(("a", i, 80))
+        if i < b:
+            out.append(("b", i, 10))
+    return out
+
+
+def test_an_error_reaches_the_consumer_with_a_note_naming_the_lane() -> None:
+    window: Window = Window(lanes=2, max_items=4, max_bytes=1000, order="round_robin")
+
+    def good() -> Iterator:
+        yield from range(100)
+
+    def bad() -> Iterator:
+        yield 1
+        raise ValueError("boom")
+
+    runner = LaneRunner([good, bad], window=window, sizeof=lambda _: 1, name="two")
+    with pytest.raises(ValueError, match="boom") as info:
+        run(runner)
+    assert any("stage 'two' on lane 1" in n for n in info.value.__notes__)
+
+
+def test_window_refuses_misuse_clearly() -> None:
+    with pytest.raises(ValueError, match="order"):
+        Window(lanes=1, max_items=1, max_bytes=10, order="lifo")  # type: ignore[arg-type]
+    w: Window = Window(lanes=1, max_items=2, max_bytes=10, order="sequence")
+    with pytest.raises(RuntimeError, match="without a reservation"):
+        w.commit(0, "x", 1, seq=0)
+    w.reserve(0, 1)
+    with pytest.raises(RuntimeError, match="reserved twice"):
+        w.reserve(0, 1)
+    w.commit(0, "x", 1, seq=0)
+    assert w.get() == "x"
+    w.reserve(0, 1)
+    with pytest.raises(RuntimeError, match="not a new number"):
+        w.commit(0, "y", 1, seq=0)  # already delivered
+    w.finish(0)
+    w.close()
+    with pytest.raises(BufferClosed):
+        w.get()
