@@ -172,18 +172,14 @@ def test_cli_bench_buffer_and_help(tmp_path, capsys):
 
 
 def test_a_missing_matplotlib_skips_the_plot_and_names_the_extra(tmp_path, monkeypatch, capsys):
-    from streambuf.bench._report import plot_ladder
+    from streambuf.bench._report import Ladder
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    path = plot_ladder(
-        str(tmp_path),
-        "x",
-        title="t",
-        depths=[1, 2],
-        throughput=[1.0, 2.0],
-        memory_mib=None,
-        points=[("streambuf", 3.0, None)],
-    )
+    rows = [
+        {"name": "DataLoader pf=1", "kind": "dataloader", "config": {"prefetch_factor": 1}},
+        {"name": "streambuf", "kind": "streambuf", "config": {}},
+    ]
+    path = Ladder("t", [dict(r, batches_per_s=1.0) for r in rows]).draw(str(tmp_path), "x")
     assert path is None and not (tmp_path / "x.png").exists()
     assert "streambuf[bench]" in capsys.readouterr().out
 

@@ -7,9 +7,11 @@ figure and the environment (plus PNG plots for the ladders). ``streambuf bench a
 runs them all and prints the headline table. Peers and plots need
 ``pip install 'streambuf[bench]'``. See docs/benchmarks.md.
 
-One module per benchmark; shared pieces in ``_harness`` (runs, repeats, environment),
-``_report`` (checks, tables, JSON, plots, headline rows) and ``workloads`` (synthetic
-samples and the DataLoader / torchdata.nodes / streambuf loaders).
+One module per benchmark, each declaring a ``_benchmark.Benchmark`` (how it measures, its
+table, headline rows and plot) whose ``run`` checks, prints and writes every report alike;
+shared pieces in ``_harness`` (runs, repeats, environment), ``_report`` (checks, headline
+rows, tables, JSON, the ladder plot) and ``workloads`` (synthetic samples and the
+DataLoader / torchdata.nodes / streambuf loaders).
 """
 
 from __future__ import annotations

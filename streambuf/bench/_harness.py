@@ -31,6 +31,7 @@ __all__ = [
     "call_runner",
     "environment",
     "interleaved",
+    "measure_configs",
     "median",
     "mode_of",
     "run_config",
@@ -140,6 +141,18 @@ def summarise(
         row.update({k: median(runs, k) for k in keys})
         rows.append(row)
     return rows
+
+
+def measure_configs(
+    configs: Sequence[Config],
+    fn: Callable[[Config], Result],
+    *,
+    repeats: int,
+    label: str,
+    keys: Sequence[str],
+) -> list[dict[str, Any]]:
+    """``summarise`` of ``interleaved`` runs: one row per config with the median of each key."""
+    return summarise(configs, interleaved(configs, fn, repeats=repeats, label=label), keys)
 
 
 def mode_of(*, quick: bool, tiny: bool) -> str:

@@ -1,5 +1,5 @@
-"""Output every benchmark shares: checks on what each run delivered, Markdown tables,
-JSON, PNG plots and the headline rows (streambuf against the strongest peer).
+"""The pieces of every benchmark's report: checks on what each run delivered, headline rows
+(streambuf against the strongest peer), Markdown tables, JSON and the ladder plot.
 
 A headline row compares streambuf's figure with the *strongest* peer measured in the
 same run (the best DataLoader ``prefetch_factor``, ``torchdata.nodes``, webdataset,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,14 +20,23 @@ from typing import Any, Literal
 from ._deps import require
 
 __all__ = [
+    "HEADLINE_COLUMNS",
+    "Better",
     "Headline",
+    "Ladder",
+    "Table",
     "best_peer",
     "check_runs",
-    "headline_table",
-    "plot_ladder",
-    "print_table",
+    "credit_bound",
+    "headline_cells",
+    "short_name",
+    "versus",
     "write_json",
 ]
+
+Row = dict[str, Any]
+Better = Literal["higher", "lower"]
+HEADLINE_COLUMNS = ("workload", "metric", "streambuf", "strongest peer", "peer", "streambuf is")
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,7 @@ class Headline:
 
     workload: str
     metric: str
-    better: Literal["higher", "lower"]
+    better: Better
     streambuf: float
     peer: float
     peer_name: str
@@ -53,15 +62,70 @@ class Headline:
         return {**asdict(self), "ratio": self.ratio}
 
 
-def best_peer(
-    rows: Iterable[dict[str, Any]], key: str, *, better: Literal["higher", "lower"] = "higher"
-) -> dict[str, Any]:
+def headline_cells(h: Headline | dict[str, Any]) -> tuple[Any, ...]:
+    """A headline row (``Headline`` or its ``as_dict()``) as cells under ``HEADLINE_COLUMNS``."""
+    if not isinstance(h, Headline):
+        h = Headline(**{k: v for k, v in h.items() if k in Headline.__dataclass_fields__})
+    return (
+        h.workload,
+        f"{h.metric} ({h.better} is better)",
+        h.streambuf,
+        h.peer,
+        h.peer_name,
+        f"{h.ratio:.2f}x" + (" (loses)" if h.ratio < 1 else ""),
+    )
+
+
+def short_name(row: Row) -> str:
+    """A row's name without its section (``"seed: DataLoader pf=2"`` -> ``"DataLoader pf=2"``)."""
+    return str(row["name"]).split(": ", 1)[-1]
+
+
+def best_peer(rows: Iterable[Row], key: str, *, better: Better = "higher") -> Row:
     """The row with the best ``row[key]`` (NaNs never win)."""
     candidates = [r for r in rows if isinstance(r.get(key), int | float) and r[key] == r[key]]
     if not candidates:
         raise ValueError(f"no peer row has a figure for {key!r}")
     pick = max if better == "higher" else min
     return pick(candidates, key=lambda r: r[key])
+
+
+def _is_streambuf(row: Row) -> bool:
+    return bool(row["kind"] == "streambuf")
+
+
+def _not_streambuf(row: Row) -> bool:
+    return not _is_streambuf(row)
+
+
+def versus(
+    rows: Sequence[Row],
+    key: str,
+    *,
+    workload: str,
+    metric: str,
+    better: Better = "higher",
+    how: str | Callable[[Row, Row], str] = "",
+    mine: Callable[[Row], bool] = _is_streambuf,
+    peers: Callable[[Row], bool] = _not_streambuf,
+    peer_name: Callable[[Row], str] = short_name,
+) -> Headline | None:
+    """The headline of ``rows`` on ``row[key]``: the first row that is ``mine`` against
+    the best of the ``peers`` rows; None where no row is ``mine``. ``how`` may be a
+    function of (streambuf's row, the peer's row)."""
+    sb = next((r for r in rows if mine(r)), None)
+    if sb is None:
+        return None
+    peer = best_peer([r for r in rows if peers(r)], key, better=better)
+    return Headline(
+        workload=workload,
+        metric=metric,
+        better=better,
+        streambuf=sb[key],
+        peer=peer[key],
+        peer_name=peer_name(peer),
+        how=how if isinstance(how, str) else how(sb, peer),
+    )
 
 
 def credit_bound(run: dict[str, Any]) -> int:
@@ -75,9 +139,10 @@ def credit_bound(run: dict[str, Any]) -> int:
     return max(limit, sum(max(int(s), int(batch)) for s in slices))
 
 
-def check_runs(rows: Sequence[dict[str, Any]]) -> None:
-    """Every run delivered what it should: ``samples == expected_samples``, and streambuf
-    runs kept their credits within the budget (``peak_in_flight_bytes <= credit_bound``).
+def check_runs(rows: Sequence[Row]) -> None:
+    """Every run delivered what it should: ``samples == expected_samples`` (and as many
+    ``distinct_samples`` where counted), and streambuf runs kept their credits within the
+    budget (``peak_in_flight_bytes <= credit_bound``).
 
     Raises:
         RuntimeError: naming each run that did not.
@@ -88,6 +153,9 @@ def check_runs(rows: Sequence[dict[str, Any]]) -> None:
             want, got = run.get("expected_samples"), run.get("samples")
             if want is not None and got != want:
                 bad.append(f"{row['name']} run {k}: delivered {got} samples, expected {want}")
+            distinct = run.get("distinct_samples", want)
+            if want is not None and distinct != want:
+                bad.append(f"{row['name']} run {k}: {distinct} distinct samples of {want}")
             peak, limit = run.get("peak_in_flight_bytes"), run.get("budget_max_bytes")
             if peak is not None and limit is not None and peak > credit_bound(run):
                 bad.append(f"{row['name']} run {k}: peak credits {peak} > budget {limit}")
@@ -103,36 +171,24 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Print (and return) a Markdown table."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
-    text = "\n".join(lines)
-    print(text, flush=True)
-    return text
+@dataclass(frozen=True)
+class Table:
+    """A Markdown table under a title line."""
 
+    title: str
+    columns: Sequence[str]
+    rows: Iterable[Sequence[Any]]
 
-def headline_table(rows: Sequence[Headline | dict[str, Any]]) -> str:
-    """The headline rows (``Headline`` or their ``as_dict()``) as a Markdown table (printed)."""
-    names = set(Headline.__dataclass_fields__)
-    heads = [
-        h if isinstance(h, Headline) else Headline(**{k: v for k, v in h.items() if k in names})
-        for h in rows
-    ]
-    return print_table(
-        ["workload", "metric", "streambuf", "strongest peer", "peer", "streambuf is"],
-        [
-            (
-                h.workload,
-                f"{h.metric} ({h.better} is better)",
-                h.streambuf,
-                h.peer,
-                h.peer_name,
-                f"{h.ratio:.2f}x" + (" (loses)" if h.ratio < 1 else ""),
-            )
-            for h in heads
-        ],
-    )
+    def show(self) -> str:
+        """Print the title and the table; return the table's Markdown."""
+        lines = [
+            "| " + " | ".join(self.columns) + " |",
+            "|" + "|".join("---" for _ in self.columns) + "|",
+        ]
+        lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in self.rows]
+        text = "\n".join(lines)
+        print(f"\n{self.title}\n{text}", flush=True)
+        return text
 
 
 def _clean(obj: Any) -> Any:
@@ -159,64 +215,58 @@ def write_json(out: str | None, name: str, report: dict[str, Any]) -> Path | Non
     return path
 
 
-def plot_ladder(
-    out: str | None,
-    name: str,
-    *,
-    title: str,
-    depths: Sequence[float],
-    throughput: Sequence[float],
-    memory_mib: Sequence[float] | None,
-    points: Sequence[tuple[str, float, float | None]],
-    throughput_label: str = "batches/s",
-) -> Path | None:
-    """Throughput (and memory growth) against DataLoader ``prefetch_factor``, with each
-    other loader (streambuf, torchdata.nodes, ...) as a labelled horizontal line."""
-    if not out:
-        return None
-    try:
-        matplotlib = require("matplotlib", purpose="the benchmark plots")
-    except ImportError as exc:  # the figures are in the JSON already: say so, do not fail
-        print(f"no {name}.png: {exc}", flush=True)
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+@dataclass(frozen=True)
+class Ladder:
+    """A plot of ``rows``: throughput (and memory growth) of the DataLoader rows (kind
+    "dataloader") against their ``prefetch_factor``, each other row a labelled line."""
 
-    panels = 2 if memory_mib is not None else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
-    ax1 = axes[0][0]
-    ax1.plot(depths, throughput, "o-", label="DataLoader prefetch_factor=k")
-    if memory_mib is not None:
-        axes[0][1].plot(depths, memory_mib, "o-", label="DataLoader prefetch_factor=k")
-    for k, (label, thr, mem) in enumerate(points):
-        color = f"C{k + 1}"
-        ax1.axhline(thr, linestyle="--", color=color, label=label)
-        if memory_mib is not None and mem is not None:
-            axes[0][1].axhline(mem, linestyle="--", color=color, label=label)
-    for ax in axes[0]:
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("prefetch_factor")
-        ax.legend(loc="best", fontsize=7)
-    ax1.set_ylabel(throughput_label)
-    if memory_mib is not None:
-        axes[0][1].set_ylabel("memory growth (MiB)")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    Path(out).mkdir(parents=True, exist_ok=True)
-    path = Path(out) / f"{name}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}", flush=True)
-    return path
+    title: str
+    rows: Sequence[Row]
+    throughput: str = "batches_per_s"  # the row key plotted
+    memory: str | None = None  # a row key in bytes: a second panel, in MiB
+    label: Callable[[Row], str] = short_name
+    throughput_label: str = "batches/s"
 
+    def draw(self, out: str | None, name: str) -> Path | None:
+        """``out/name.png`` (nothing when ``out`` is None or matplotlib is missing)."""
+        if not out:
+            return None
+        try:
+            matplotlib = require("matplotlib", purpose="the benchmark plots")
+        except ImportError as exc:  # the figures are in the JSON already: say so, do not fail
+            print(f"no {name}.png: {exc}", flush=True)
+            return None
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
-def finish(name: str, out: str | None, *, file: str | None = None, **fields: Any) -> dict[str, Any]:
-    """Every benchmark's report, in one shape: ``{"benchmark": name, "environment": ...,
-    **fields}`` (its mode, rows, headline, table and own settings), written to
-    ``out/<file or name>.json`` (when ``out``) and returned."""
-    from ._harness import environment
-
-    report = {"benchmark": name, "environment": environment(), **fields}
-    write_json(out, file or name, report)
-    return report
+        ladder = [r for r in self.rows if r["kind"] == "dataloader"]
+        others = [r for r in self.rows if r["kind"] != "dataloader"]
+        depths = [r["config"]["prefetch_factor"] for r in ladder]
+        panels = 2 if self.memory else 1
+        fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
+        for ax, key, scale in (
+            (axes[0][0], self.throughput, 1),
+            (axes[0][-1], self.memory, 1 << 20),
+        ):
+            if key is None:
+                continue
+            ax.plot(
+                depths, [r[key] / scale for r in ladder], "o-", label="DataLoader prefetch_factor=k"
+            )
+            for k, r in enumerate(others):
+                ax.axhline(r[key] / scale, linestyle="--", color=f"C{k + 1}", label=self.label(r))
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("prefetch_factor")
+            ax.set_ylabel(
+                self.throughput_label if key == self.throughput else "memory growth (MiB)"
+            )
+            ax.legend(loc="best", fontsize=7)
+        fig.suptitle(self.title, fontsize=10)
+        fig.tight_layout()
+        Path(out).mkdir(parents=True, exist_ok=True)
+        path = Path(out) / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        print(f"wrote {path}", flush=True)
+        return path

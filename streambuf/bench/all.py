@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from . import load
-from ._harness import mode_of
-from ._report import finish, headline_table
+from ._benchmark import Benchmark
+from ._report import HEADLINE_COLUMNS, headline_cells
 
 ORDER = (
     "latency",
@@ -36,16 +36,9 @@ ORDER = (
 )
 
 
-def run(
-    *,
-    quick: bool = False,
-    out: str | None = None,
-    tiny: bool = False,
-    names: tuple[str, ...] = ORDER,
-) -> dict[str, Any]:
+def _measure(mode: str, names: tuple[str, ...], into: str | None) -> dict[str, Any]:
     import torch
 
-    mode = mode_of(quick=quick, tiny=tiny)
     reports: dict[str, Any] = {}
     errors: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -56,27 +49,44 @@ def run(
             continue
         t0 = time.perf_counter()
         try:
-            reports[name] = load(name).run(quick=quick, out=out, tiny=tiny)
+            reports[name] = load(name).run(quick=mode == "quick", out=into, tiny=mode == "tiny")
         except Exception as exc:  # report it, run the others
             traceback.print_exc()
             errors[name] = f"{type(exc).__name__}: {exc}"
         seconds[name] = time.perf_counter() - t0
-    heads = [h for r in reports.values() for h in r.get("headline", [])]
-    print(f"\n## Headline ({mode}): streambuf against the strongest peer in the same run\n")
-    text = headline_table(heads)
-    for name, why in {**skipped, **errors}.items():
-        print(f"{name}: {'skipped' if name in skipped else 'FAILED'}: {why}")
-    report = finish(
-        "all",
-        out,
-        file="headline",
-        mode=mode,
-        headline=heads,
-        skipped=skipped,
-        errors=errors,
-        seconds=seconds,
-        table=text,
-    )
+    return {
+        "headline": [h for r in reports.values() for h in r.get("headline", [])],
+        "skipped": skipped,
+        "errors": errors,
+        "seconds": seconds,
+        "notes": {
+            **{k: f"skipped: {why}" for k, why in skipped.items()},
+            **{k: f"FAILED: {why}" for k, why in errors.items()},
+        },
+    }
+
+
+BENCHMARK = Benchmark(
+    name="all",
+    file="headline",
+    measure=_measure,
+    title=lambda r: (
+        f"## Headline ({r['mode']}): streambuf against the strongest peer in the same run\n"
+    ),
+    columns=HEADLINE_COLUMNS,
+    table=lambda r: [headline_cells(h) for h in r["headline"]],
+)
+
+
+def run(
+    *,
+    quick: bool = False,
+    out: str | None = None,
+    tiny: bool = False,
+    names: tuple[str, ...] = ORDER,
+) -> dict[str, Any]:
+    """Run ``names``; the headline table, also written to ``out/headline.md``."""
+    report = BENCHMARK.run(quick=quick, out=out, tiny=tiny, names=names, into=out)
     if out:
-        (Path(out) / "headline.md").write_text(text + "\n")
+        (Path(out) / "headline.md").write_text(report["table"] + "\n")
     return report

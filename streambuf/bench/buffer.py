@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from ..buffer import BoundedBuffer
-from ._harness import mode_of
-from ._report import Headline, finish, print_table
+from ._benchmark import Benchmark
+from ._report import Headline
 
 _STOP = object()
 
@@ -67,8 +67,7 @@ def _run_buffer(items: list[Any], depth: int) -> float:
     return n / dt
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     n_small = {"tiny": 5_000, "quick": 20_000, "full": 200_000}[mode]
     n_tensor = {"tiny": 1_280, "quick": 5_000, "full": 50_000}[mode]
     repeats = {"tiny": 1, "quick": 3, "full": 5}[mode]
@@ -91,30 +90,28 @@ def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> d
             "buffer_median": b_med,
             "ratio": b_med / q_med,
         }
-    print(f"\nbuffer ({mode}): one producer thread, one consumer, depth 64")
-    text = print_table(
-        ["items", "queue.Queue items/s", "BoundedBuffer items/s", "ratio"],
-        [(k, r["queue_median"], r["buffer_median"], r["ratio"]) for k, r in results.items()],
-    )
-    heads = [
+    return {"repeats": repeats, "results": results}
+
+
+BENCHMARK = Benchmark(
+    name="buffer",
+    measure=_measure,
+    title=lambda r: f"buffer ({r['mode']}): one producer thread, one consumer, depth 64",
+    columns=("items", "queue.Queue items/s", "BoundedBuffer items/s", "ratio"),
+    table=lambda r: [
+        (k, x["queue_median"], x["buffer_median"], x["ratio"]) for k, x in r["results"].items()
+    ],
+    headline=lambda r: [
         Headline(
             workload=f"buffer hand-over ({name})",
             metric="items/s",
             better="higher",
-            streambuf=r["buffer_median"],
-            peer=r["queue_median"],
+            streambuf=x["buffer_median"],
+            peer=x["queue_median"],
             peer_name="queue.Queue(maxsize=64)",
             how="one producer and one consumer thread; BoundedBuffer also sizes every item",
         )
-        for name, r in results.items()
-    ]
-    report = finish(
-        "buffer",
-        out,
-        mode=mode,
-        repeats=repeats,
-        results=results,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-    )
-    return report
+        for name, x in r["results"].items()
+    ],
+)
+run = BENCHMARK.run

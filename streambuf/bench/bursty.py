@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._harness import MIB, interleaved, mode_of, summarise, with_growth
-from ._report import check_runs, finish, print_table
+from ._benchmark import Benchmark
+from ._harness import MIB, measure_configs, with_growth
 
 RUNNER = "streambuf.bench.workloads:run_loader"
 
@@ -48,44 +48,49 @@ def configs(mode: str) -> list[dict[str, Any]]:
     ]
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
-    cfgs = configs(mode)
-    repeats = 2 if mode == "full" else 1
-    isolate = mode != "tiny"
-    results = interleaved(
-        cfgs, lambda c: with_growth(c, isolate=isolate), repeats=repeats, label="bursty"
+def _measure(mode: str) -> dict[str, Any]:
+    rows = measure_configs(
+        configs(mode),
+        lambda c: with_growth(c, isolate=mode != "tiny"),
+        repeats=2 if mode == "full" else 1,
+        label="bursty",
+        keys=["wait_fraction", "growth_bytes", "peak_batch_bytes_held", "final_depth"],
     )
-    rows = summarise(
-        cfgs, results, ["wait_fraction", "growth_bytes", "peak_batch_bytes_held", "final_depth"]
-    )
-    check_runs(rows)
     for r in rows:
         r["growth_mib"] = r["growth_bytes"] / MIB
         r["peak_held_mib"] = r["peak_batch_bytes_held"] / MIB
-    large = rows[1]
-    print(f"\nbursty ({mode}): phases of fast / 20 ms samples, 30 ms step, 2 workers x 8 threads")
-    headers = ["run", "consumer wait %", "growth MiB", "peak batches held MiB"]
-    text = print_table(
-        [*headers, "x large peak", "final depth"],
-        [
-            (
-                r["name"],
-                100 * r["wait_fraction"],
-                r["growth_mib"],
-                r["peak_held_mib"],
-                r["peak_held_mib"] / max(1e-9, large["peak_held_mib"]),
-                int(r["final_depth"]),
-            )
-            for r in rows
-        ],
-    )
-    report = finish(
-        "bursty",
-        out,
-        mode=mode,
-        rows=rows,
-        headline=[],  # an ablation of the tuner: no peer (see the module docstring)
-        table=text,
-    )
-    return report
+    return {"rows": rows}
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    large = report["rows"][1]["peak_held_mib"]
+    return [
+        (
+            r["name"],
+            100 * r["wait_fraction"],
+            r["growth_mib"],
+            r["peak_held_mib"],
+            r["peak_held_mib"] / max(1e-9, large),
+            int(r["final_depth"]),
+        )
+        for r in report["rows"]
+    ]
+
+
+BENCHMARK = Benchmark(  # an ablation of the tuner: no peer, no headline (see the docstring)
+    name="bursty",
+    measure=_measure,
+    title=lambda r: (
+        f"bursty ({r['mode']}): phases of fast / 20 ms samples, 30 ms step, 2 workers x 8 threads"
+    ),
+    columns=(
+        "run",
+        "consumer wait %",
+        "growth MiB",
+        "peak batches held MiB",
+        "x large peak",
+        "final depth",
+    ),
+    table=_table,
+)
+run = BENCHMARK.run

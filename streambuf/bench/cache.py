@@ -32,12 +32,13 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ._benchmark import Benchmark
 from ._deps import require
-from ._harness import interleaved, median, mode_of
-from ._report import Headline, best_peer, check_runs, finish, print_table
+from ._harness import interleaved, median
+from ._report import Headline, versus
 from ._servers import loopback_only, serve
 from ._shards import make_shards, to_tensor, wds_sample
-from .network import _measure, settings
+from .network import link_how, measure_loader, settings, shards_how
 from .workloads import loader_stats
 
 
@@ -64,7 +65,7 @@ def _streambuf(urls: list[str], s: dict[str, Any], cache: Path | None) -> dict[s
         for epoch in (0, 1):
             before = shard_stats(pipe)
             loader.set_epoch(epoch)
-            res = _measure(loader, len(urls) * s["per_shard"])
+            res = measure_loader(loader, len(urls) * s["per_shard"])
             res.update(loader_stats(loader))
             after = shard_stats(pipe)
             res["requests"] = after.io.requests - before.io.requests
@@ -89,7 +90,7 @@ def _webdataset(
         num_workers=s["workers"],
         timeout=120,
     )
-    return {"epochs": [_measure(loader, len(urls) * s["per_shard"]) for _ in (0, 1)]}
+    return {"epochs": [measure_loader(loader, len(urls) * s["per_shard"]) for _ in (0, 1)]}
 
 
 READERS = (  # (kind, name, reader)
@@ -150,66 +151,56 @@ def _rows(s: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     s = settings(mode)
     require("webdataset", purpose="the cache benchmark's webdataset peer")
     with loopback_only():  # never through a proxy
         with tempfile.TemporaryDirectory(prefix="streambuf-cache-") as tmp:
             rows = _rows(s, Path(tmp))
-    check_runs(rows)
-    for r in rows:
-        for k, run_ in enumerate(r["runs"]):
-            if run_["distinct_samples"] != run_["expected_samples"]:
-                raise RuntimeError(f"{r['name']} run {k}: samples repeated or lost")
-    by = {(r["reader"], r["epoch"]): r for r in rows}
-    readers = [name for _, name, _ in READERS]
-    lat = (
-        f"+{s['latency_s'] * 1e3:.0f} ms/request, {s['bandwidth_bps'] / 1e6:g} MB/s per connection"
-    )
-    heads = []
-    for epoch, what in ((1, "filling the cache"), (2, "from the cache")):
-        sb = by[("streambuf cache", epoch)]
-        peers = [r for r in rows if r["epoch"] == epoch and r["kind"] == "webdataset"]
-        peer = best_peer(peers, "samples_per_s")
-        heads.append(
-            Headline(
-                workload=f"cache epoch {epoch}, {what} (HTTP {lat})",
-                metric="samples/s",
-                better="higher",
-                streambuf=sb["samples_per_s"],
-                peer=peer["samples_per_s"],
-                peer_name=peer["reader"],
-                how=f"{s['shards']} shards x {s['per_shard']} x {s['sample_bytes'] >> 10} KiB, "
-                f"{s['workers']} workers, batch {s['batch_size']}, a fresh cache folder per run",
-            )
+    return {"settings": s, "rows": rows}
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    s = report["settings"]
+    return [
+        versus(
+            [r for r in report["rows"] if r["epoch"] == epoch],
+            "samples_per_s",
+            workload=f"cache epoch {epoch}, {what} (HTTP {link_how(s)})",
+            metric="samples/s",
+            how=shards_how(s) + ", a fresh cache folder per run",
+            mine=lambda r: r["reader"] == "streambuf cache",
+            peers=lambda r: r["kind"] == "webdataset",
+            peer_name=lambda r: str(r["reader"]),
         )
-    print(
-        f"\ncache ({mode}): {s['shards']} shards x {s['per_shard']} samples x "
-        f"{s['sample_bytes'] >> 10} KiB over HTTP ({lat}), {s['workers']} workers, "
-        f"batch {s['batch_size']}, medians of {s['repeats']}"
-    )
-    table = []
-    for name in readers:
+        for epoch, what in ((1, "filling the cache"), (2, "from the cache"))
+    ]
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    by = {(r["reader"], r["epoch"]): r for r in report["rows"]}
+    out = []
+    for _, name, _ in READERS:
         e1, e2 = by[(name, 1)]["samples_per_s"], by[(name, 2)]["samples_per_s"]
-        table.append((name, e1, e2, e2 / e1, by[(name, 2)]["requests"]))
-    text = print_table(
-        [
-            "reader",
-            "epoch 1 samples/s",
-            "epoch 2 samples/s",
-            "epoch 2 / epoch 1",
-            "epoch 2 requests",
-        ],
-        table,
-    )
-    report = finish(
-        "cache",
-        out,
-        mode=mode,
-        settings=s,
-        rows=rows,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-    )
-    return report
+        out.append((name, e1, e2, e2 / e1, by[(name, 2)]["requests"]))
+    return out
+
+
+BENCHMARK = Benchmark(
+    name="cache",
+    measure=_measure,
+    title=lambda r: (
+        f"cache ({r['mode']}): {shards_how(r['settings'])}, over HTTP "
+        f"({link_how(r['settings'])}), medians of {r['settings']['repeats']}"
+    ),
+    columns=(
+        "reader",
+        "epoch 1 samples/s",
+        "epoch 2 samples/s",
+        "epoch 2 / epoch 1",
+        "epoch 2 requests",
+    ),
+    table=_table,
+    headline=_headline,
+)
+run = BENCHMARK.run

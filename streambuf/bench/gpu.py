@@ -36,9 +36,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ._benchmark import Benchmark
 from ._gpu_models import resnet18_like, video3d
-from ._harness import environment, interleaved, mode_of, summarise
-from ._report import Headline, best_peer, check_runs, print_table, write_json
+from ._harness import interleaved, measure_configs, summarise
+from ._report import Headline, versus
 from ._video_data import make_videos
 from ._video_peers import SeekPerClip
 from .workloads import MapDataset, SampleMaker, loader_stats
@@ -266,25 +267,18 @@ def _configs(
     return out
 
 
-def run(
-    *, quick: bool = False, out: str | None = None, tiny: bool = False, allow_cpu: bool = False
-) -> dict[str, Any]:
+def _measure(mode: str, allow_cpu: bool = False) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     if not cuda and not allow_cpu:
         raise SystemExit(NO_CUDA.format(torch=torch.__version__, built=torch.version.cuda or "no"))
-    mode = mode_of(quick=quick, tiny=tiny)
     device = "cuda" if cuda else "cpu"
     s = settings(mode, cuda=cuda)
-    t0 = time.perf_counter()
     if cuda:
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     seed_cfgs = _configs("seed", s, device, {})
-    rows = summarise(
-        seed_cfgs,
-        interleaved(seed_cfgs, _seed_run, repeats=s["repeats"], label="gpu seed"),
-        ["busy_fraction", "samples_per_s"],
-    )
+    keys = ["busy_fraction", "samples_per_s"]
+    rows = measure_configs(seed_cfgs, _seed_run, repeats=s["repeats"], label="gpu seed", keys=keys)
     from .video import FULL, same_clips
 
     v = s["video"]
@@ -317,46 +311,45 @@ def run(
         shutil.rmtree(tmp, ignore_errors=True)
     for c in video_cfgs:
         c.pop("clips"), c.pop("paths")  # the JSON keeps the settings, not 100s of clip lists
-    rows += summarise(video_cfgs, vres, ["busy_fraction", "samples_per_s"])
-    check_runs(rows)
-    env = environment()
-    where = env["gpu"] or "CPU stand-in (measures nothing about GPUs)"
-    print(f"\ngpu ({mode}) on {where}: busy = CUDA-event time of the steps / wall time")
-    text = print_table(
-        ["run", "busy %", "samples/s"],
-        [(r["name"], 100 * r["busy_fraction"], r["samples_per_s"]) for r in rows],
+    rows += summarise(video_cfgs, vres, keys)
+    return {"device": device, "settings": s, "rows": rows}
+
+
+def _busy(sb: dict[str, Any], peer: dict[str, Any]) -> str:
+    cfg = sb["config"]
+    return (
+        f"GPU busy {100 * sb['busy_fraction']:.0f}% vs {100 * peer['busy_fraction']:.0f}%, "
+        f"{cfg[cfg['part']]['workers']} workers each"
     )
-    heads = []
-    for part, label in (
-        ("seed", "gpu: seed ladder -> ResNet-18-like"),
-        ("video", "gpu: video clips -> 3-D conv net"),
-    ):
-        mine = [r for r in rows if r["config"]["part"] == part]
-        sb = next(r for r in mine if r["kind"] == "streambuf")
-        peer = best_peer([r for r in mine if r["kind"] == "dataloader"], "samples_per_s")
-        heads.append(
-            Headline(
-                workload=label + ("" if cuda else " (CPU stand-in)"),
-                metric="samples/s",
-                better="higher",
-                streambuf=sb["samples_per_s"],
-                peer=peer["samples_per_s"],
-                peer_name=peer["name"].split(": ", 1)[1],
-                how=f"GPU busy {100 * sb['busy_fraction']:.0f}% vs {100 * peer['busy_fraction']:.0f}%, "
-                f"{s[part]['workers']} workers each",
-            )
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    cpu = report["device"] != "cuda"
+    return [
+        versus(
+            [r for r in report["rows"] if r["config"]["part"] == part],
+            "samples_per_s",
+            workload=label + (" (CPU stand-in)" if cpu else ""),
+            metric="samples/s",
+            how=_busy,
         )
-    report = {
-        "benchmark": "gpu",
-        "mode": mode,
-        "device": device,
-        "environment": env,
-        "settings": s,
-        "rows": rows,
-        "headline": [h.as_dict() for h in heads],
-        "table": text,
-        "total_s": time.perf_counter() - t0,
-    }
-    write_json(out, "gpu", report)
-    print(f"gpu benchmark took {report['total_s']:.0f} s")
-    return report
+        for part, label in (
+            ("seed", "gpu: seed ladder -> ResNet-18-like"),
+            ("video", "gpu: video clips -> 3-D conv net"),
+        )
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="gpu",
+    measure=_measure,
+    title=lambda r: (
+        f"gpu ({r['mode']}) on "
+        f"{r['environment']['gpu'] or 'CPU stand-in (measures nothing about GPUs)'}: busy = "
+        "CUDA-event time of the steps / wall time"
+    ),
+    columns=("run", "busy %", "samples/s"),
+    table=lambda r: [(x["name"], 100 * x["busy_fraction"], x["samples_per_s"]) for x in r["rows"]],
+    headline=_headline,
+)
+run = BENCHMARK.run

@@ -33,8 +33,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._harness import MIB, interleaved, mode_of, run_config, summarise, with_growth
-from ._report import Headline, best_peer, check_runs, finish, plot_ladder, print_table
+from ._benchmark import Benchmark
+from ._harness import MIB, measure_configs, run_config, with_growth
+from ._report import Headline, Ladder, versus
 
 LATENCY_S = 0.010
 BATCH = 32
@@ -141,101 +142,92 @@ def configs(mode: str) -> list[dict[str, Any]]:
     return out
 
 
-def _headline(rows: list[dict[str, Any]], workload: str, latency_s: float) -> Headline | None:
-    mine = [r for r in rows if r["config"]["workload"] == workload]
-    mine = [r for r in mine if r["config"]["latency_s"] == latency_s]
-    sb = [r for r in mine if r["kind"] == "streambuf"]
-    if not sb:
-        return None
-    peer = best_peer([r for r in mine if r["kind"] != "streambuf"], "batches_per_s")
-    cfg = sb[0]["config"]
-    return Headline(
-        workload=f"latency {workload} ({latency_s * 1e3:.0f} ms/sample)",
-        metric="batches/s",
-        better="higher",
-        streambuf=sb[0]["batches_per_s"],
-        peer=peer["batches_per_s"],
-        peer_name=peer["name"].split(": ", 1)[1],
-        how=f"batch {BATCH}, {cfg['workers']} workers x {cfg['threads']} threads vs "
-        "DataLoader pf ladder and torchdata.nodes at equal total threads",
-    )
-
-
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     s = _settings(mode)
-    cfgs = configs(mode)
 
     def one(cfg: dict[str, Any]) -> dict[str, Any]:
         if s["growth"]:
             return with_growth(cfg, isolate=s["isolate"])
         return run_config(cfg, isolate=s["isolate"])
 
-    results = interleaved(cfgs, one, repeats=s["repeats"], label="latency")
-    rows = summarise(cfgs, results, ["batches_per_s", "growth_bytes", "peak_in_flight_bytes"])
-    check_runs(rows)
-    table = []
-    for r in rows:
-        ref = next(
-            x
-            for x in rows
-            if x["config"]["workload"] == r["config"]["workload"]
-            and x["name"].endswith("DataLoader pf=2")
+    keys = ["batches_per_s", "growth_bytes", "peak_in_flight_bytes"]
+    rows = measure_configs(configs(mode), one, repeats=s["repeats"], label="latency", keys=keys)
+    return {
+        "settings": s,
+        "latency_s": LATENCY_S,
+        "batch_size": BATCH,
+        "dataloader_ceiling_batches_per_s": s["workers"] / (LATENCY_S * BATCH),
+        "rows": rows,
+    }
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows = report["rows"]
+    ref = {r["config"]["workload"]: r for r in rows if r["name"].endswith("DataLoader pf=2")}
+    out: list[tuple[Any, ...]] = [
+        (
+            r["name"],
+            r["batches_per_s"],
+            r["batches_per_s"] / ref[r["config"]["workload"]]["batches_per_s"],
+            r["growth_bytes"] / MIB,
         )
-        table.append(
-            (
-                r["name"],
-                r["batches_per_s"],
-                r["batches_per_s"] / ref["batches_per_s"],
-                r["growth_bytes"] / MIB,
-            )
-        )
-    ceiling = s["workers"] / (LATENCY_S * BATCH)
-    table.append(
+        for r in rows
+    ]
+    out.append(
         (
             "DataLoader theoretical ceiling, workers / (latency x batch)",
-            ceiling,
+            report["dataloader_ceiling_batches_per_s"],
             float("nan"),
             float("nan"),
         )
     )
-    print(
-        f"\nlatency ladder ({mode}): {LATENCY_S * 1e3:.0f} ms/sample, batch {BATCH}, "
-        f"{s['workers']} workers; seed = {s['workloads']['seed']} float32"
-    )
-    text = print_table(["run", "batches/s", "x DataLoader pf=2", "growth MiB"], table)
-    heads = [
-        h
+    return out
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    s = report["settings"]
+    return [
+        versus(
+            [
+                r
+                for r in report["rows"]
+                if (r["config"]["workload"], r["config"]["latency_s"]) == (wl, lat)
+            ],
+            "batches_per_s",
+            workload=f"latency {wl} ({lat * 1e3:.0f} ms/sample)",
+            metric="batches/s",
+            how=f"batch {BATCH}, {s['workers']} workers x {s['threads']} threads vs "
+            "DataLoader pf ladder and torchdata.nodes at equal total threads",
+        )
         for wl in s["workloads"]
         for lat in (LATENCY_S, 0.0)
-        if (h := _headline(rows, wl, lat)) is not None
     ]
-    report = finish(
-        "latency",
-        out,
-        mode=mode,
-        settings=s,
-        latency_s=LATENCY_S,
-        batch_size=BATCH,
-        dataloader_ceiling_batches_per_s=ceiling,
-        rows=rows,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-    )
-    ladder = [r for r in rows if r["kind"] == "dataloader" and r["config"]["latency_s"] > 0]
-    ladder = [r for r in ladder if r["config"]["workload"] == "seed"]
-    others = [r for r in rows if r["kind"] != "dataloader" and r["config"]["latency_s"] > 0]
-    others = [r for r in others if r["config"]["workload"] == "seed"]
-    plot_ladder(
-        out,
-        "latency",
+
+
+def _plot(report: dict[str, Any]) -> Ladder:
+    s = report["settings"]
+    return Ladder(
         title=f"seed workload ({s['workloads']['seed']} float32, 10 ms/sample, batch 32)",
-        depths=[r["config"]["prefetch_factor"] for r in ladder],
-        throughput=[r["batches_per_s"] for r in ladder],
-        memory_mib=[r["growth_bytes"] / MIB for r in ladder] if s["growth"] else None,
-        points=[
-            (r["name"].split(": ", 1)[1], r["batches_per_s"], r["growth_bytes"] / MIB)
-            for r in others
+        rows=[
+            r
+            for r in report["rows"]
+            if r["config"]["workload"] == "seed" and r["config"]["latency_s"] > 0
         ],
+        memory="growth_bytes" if s["growth"] else None,
     )
-    return report
+
+
+BENCHMARK = Benchmark(
+    name="latency",
+    measure=_measure,
+    title=lambda r: (
+        f"latency ladder ({r['mode']}): {LATENCY_S * 1e3:.0f} ms/sample, batch "
+        f"{BATCH}, {r['settings']['workers']} workers; seed = {r['settings']['workloads']['seed']} "
+        "float32"
+    ),
+    columns=("run", "batches/s", "x DataLoader pf=2", "growth MiB"),
+    table=_table,
+    headline=_headline,
+    plot=_plot,
+)
+run = BENCHMARK.run

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._harness import MIB, interleaved, mode_of, summarise, with_growth
-from ._report import Headline, best_peer, check_runs, finish, plot_ladder, print_table
+from ._benchmark import Benchmark
+from ._harness import MIB, measure_configs, with_growth
+from ._report import Headline, Ladder, versus
 from .memwatch import budget_rule_bytes
 
 RUNNER = "streambuf.bench.workloads:run_loader"
@@ -49,68 +50,69 @@ def configs(mode: str) -> list[dict[str, Any]]:
     return out
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
-    cfgs = configs(mode)
-    repeats = 2 if mode == "full" else 1
-    isolate = mode != "tiny"
-    results = interleaved(
-        cfgs, lambda c: with_growth(c, isolate=isolate), repeats=repeats, label="memory"
+def _measure(mode: str) -> dict[str, Any]:
+    rows = measure_configs(
+        configs(mode),
+        lambda c: with_growth(c, isolate=mode != "tiny"),
+        repeats=2 if mode == "full" else 1,
+        label="memory",
+        keys=["batches_per_s", "growth_bytes", "peak_in_flight_bytes"],
     )
-    rows = summarise(cfgs, results, ["batches_per_s", "growth_bytes", "peak_in_flight_bytes"])
-    check_runs(rows)
     for r in rows:
         r["growth_mib"] = r["growth_bytes"] / MIB
         if r["kind"] == "streambuf":
             r["rule_mib"] = budget_rule_bytes(r["config"]["max_bytes"]) / MIB
-    dl = [r for r in rows if r["kind"] == "dataloader"]
-    best_dl = max(r["batches_per_s"] for r in dl)
-    print(
-        f"\nmemory ({mode}): {cfgs[0]['shape'][0] * 4 >> 10} KiB samples, batch 32, "
-        "2 workers, slow consumer"
-    )
-    text = print_table(
-        ["run", "batches/s", "x best DataLoader", "growth MiB", "rule MiB", "peak credits MiB"],
-        [
-            (
-                r["name"],
-                r["batches_per_s"],
-                r["batches_per_s"] / best_dl,
-                r["growth_mib"],
-                r.get("rule_mib", float("nan")),
-                r["peak_in_flight_bytes"] / MIB,
-            )
-            for r in rows
-        ],
-    )
-    sbs = [r for r in rows if r["kind"] == "streambuf"]
+    return {"rows": rows}
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows = report["rows"]
+    best_dl = max(r["batches_per_s"] for r in rows if r["kind"] == "dataloader")
+    return [
+        (
+            r["name"],
+            r["batches_per_s"],
+            r["batches_per_s"] / best_dl,
+            r["growth_mib"],
+            r.get("rule_mib", float("nan")),
+            r["peak_in_flight_bytes"] / MIB,
+        )
+        for r in rows
+    ]
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    sbs = [r for r in report["rows"] if r["kind"] == "streambuf"]
     sb = next((r for r in sbs if r["name"].endswith(" 128 MiB")), sbs[0])
-    peer = best_peer(dl, "growth_mib", better="lower")
-    head = Headline(
-        workload="memory (32 MiB batches, slow consumer)",
-        metric="growth MiB",
-        better="lower",
-        streambuf=sb["growth_mib"],
-        peer=peer["growth_mib"],
-        peer_name=peer["name"],
-        how=f"{sb['name']} at {sb['batches_per_s']:.2f} batches/s vs {peer['name']} at "
-        f"{peer['batches_per_s']:.2f}; growth = peak AnonPages+Shmem minus the tiny-sample run",
-    )
-    report = finish(
-        "memory",
-        out,
-        mode=mode,
-        rows=rows,
-        headline=[head.as_dict()],
-        table=text,
-    )
-    plot_ladder(
-        out,
-        "memory",
-        title="32 MiB batches, slow consumer: memory growth",
-        depths=[r["config"]["prefetch_factor"] for r in dl],
-        throughput=[r["batches_per_s"] for r in dl],
-        memory_mib=[r["growth_mib"] for r in dl],
-        points=[(r["name"], r["batches_per_s"], r["growth_mib"]) for r in sbs],
-    )
-    return report
+    return [
+        versus(
+            report["rows"],
+            "growth_mib",
+            workload="memory (32 MiB batches, slow consumer)",
+            metric="growth MiB",
+            better="lower",
+            mine=lambda r: r is sb,
+            how=lambda sb, peer: (
+                f"{sb['name']} at {sb['batches_per_s']:.2f} batches/s vs "
+                f"{peer['name']} at {peer['batches_per_s']:.2f}; growth = peak AnonPages+Shmem "
+                "minus the tiny-sample run"
+            ),
+        )
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="memory",
+    measure=_measure,
+    title=lambda r: (
+        f"memory ({r['mode']}): {r['rows'][0]['config']['shape'][0] * 4 >> 10} KiB "
+        "samples, batch 32, 2 workers, slow consumer"
+    ),
+    columns=("run", "batches/s", "x best DataLoader", "growth MiB", "rule MiB", "peak credits MiB"),
+    table=_table,
+    headline=_headline,
+    plot=lambda r: Ladder(
+        "32 MiB batches, slow consumer: memory growth", r["rows"], memory="growth_bytes"
+    ),
+)
+run = BENCHMARK.run

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._harness import interleaved, mode_of, run_config, summarise
-from ._report import Headline, best_peer, check_runs, finish, plot_ladder, print_table
+from ._benchmark import Benchmark
+from ._harness import measure_configs, run_config
+from ._report import Headline, Ladder, best_peer, versus
 from .workloads import calibrate_spin
 
 SHAPE = [3, 64, 64]
@@ -83,63 +84,58 @@ def configs(mode: str, cpu_iters: int) -> list[dict[str, Any]]:
     return out
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     s = _settings(mode)
     cpu_iters = calibrate_spin(CPU_S)
-    cfgs = configs(mode, cpu_iters)
-    results = interleaved(
-        cfgs, lambda c: run_config(c, isolate=s["isolate"]), repeats=s["repeats"], label="mixed"
+    rows = measure_configs(
+        configs(mode, cpu_iters),
+        lambda c: run_config(c, isolate=s["isolate"]),
+        repeats=s["repeats"],
+        label="mixed",
+        keys=["batches_per_s", "samples_per_s", "peak_in_flight_bytes"],
     )
-    rows = summarise(cfgs, results, ["batches_per_s", "samples_per_s", "peak_in_flight_bytes"])
-    check_runs(rows)
-    sb = next(r for r in rows if r["kind"] == "streambuf")
+    return {"settings": s, "cpu_iters": cpu_iters, "cpu_s_target": CPU_S, "rows": rows}
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows = report["rows"]
     peer = best_peer([r for r in rows if r["kind"] != "streambuf"], "batches_per_s")
-    print(
-        f"\nmixed ({mode}): {LATENCY_S * 1e3:.0f} ms sleep + {CPU_S * 1e3:.0f} ms pure Python "
-        f"({cpu_iters} loop turns) per sample, batch {BATCH}, {s['workers']} workers"
-    )
-    text = print_table(
-        ["run", "batches/s", "samples/s", "x strongest peer"],
-        [
-            (
-                r["name"],
-                r["batches_per_s"],
-                r["samples_per_s"],
-                r["batches_per_s"] / peer["batches_per_s"],
-            )
-            for r in rows
-        ],
-    )
-    head = Headline(
-        workload=f"mixed ({LATENCY_S * 1e3:.0f} ms I/O + {CPU_S * 1e3:.0f} ms Python per sample)",
-        metric="batches/s",
-        better="higher",
-        streambuf=sb["batches_per_s"],
-        peer=peer["batches_per_s"],
-        peer_name=peer["name"],
-        how=f"batch {BATCH}, {s['workers']} workers x {s['threads']} threads vs DataLoader "
-        "pf ladder and torchdata.nodes threads at equal total threads",
-    )
-    report = finish(
-        "mixed",
-        out,
-        mode=mode,
-        settings=s,
-        cpu_iters=cpu_iters,
-        cpu_s_target=CPU_S,
-        rows=rows,
-        headline=[head.as_dict()],
-        table=text,
-    )
-    ladder = [r for r in rows if r["kind"] == "dataloader"]
-    plot_ladder(
-        out,
-        "mixed",
-        title="mixed: 5 ms I/O + 2 ms pure Python per sample, batch 32",
-        depths=[r["config"]["prefetch_factor"] for r in ladder],
-        throughput=[r["batches_per_s"] for r in ladder],
-        memory_mib=None,
-        points=[(r["name"], r["batches_per_s"], None) for r in rows if r["kind"] != "dataloader"],
-    )
-    return report
+    return [
+        (
+            r["name"],
+            r["batches_per_s"],
+            r["samples_per_s"],
+            r["batches_per_s"] / peer["batches_per_s"],
+        )
+        for r in rows
+    ]
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    s = report["settings"]
+    return [
+        versus(
+            report["rows"],
+            "batches_per_s",
+            workload=f"mixed ({LATENCY_S * 1e3:.0f} ms I/O + {CPU_S * 1e3:.0f} ms Python per sample)",
+            metric="batches/s",
+            how=f"batch {BATCH}, {s['workers']} workers x {s['threads']} threads vs DataLoader "
+            "pf ladder and torchdata.nodes threads at equal total threads",
+        )
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="mixed",
+    measure=_measure,
+    title=lambda r: (
+        f"mixed ({r['mode']}): {LATENCY_S * 1e3:.0f} ms sleep + {CPU_S * 1e3:.0f} ms "
+        f"pure Python ({r['cpu_iters']} loop turns) per sample, batch {BATCH}, "
+        f"{r['settings']['workers']} workers"
+    ),
+    columns=("run", "batches/s", "samples/s", "x strongest peer"),
+    table=_table,
+    headline=_headline,
+    plot=lambda r: Ladder("mixed: 5 ms I/O + 2 ms pure Python per sample, batch 32", r["rows"]),
+)
+run = BENCHMARK.run

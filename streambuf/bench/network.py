@@ -38,9 +38,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ._benchmark import Benchmark
 from ._deps import importable, require
-from ._harness import interleaved, mode_of, summarise
-from ._report import Headline, best_peer, check_runs, finish, print_table
+from ._harness import measure_configs
+from ._report import Headline, versus
 from ._servers import loopback_only, serve
 from ._shards import RangeDataset, WdsS3Handler, make_shards, to_tensor, upload, wds_sample
 from .workloads import loader_stats
@@ -81,7 +82,7 @@ def settings(mode: str) -> dict[str, Any]:
     }
 
 
-def _measure(loader: Iterable[Any], expected: int) -> dict[str, Any]:
+def measure_loader(loader: Iterable[Any], expected: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     n = first_n = 0
     t_first = t0
@@ -122,7 +123,7 @@ def _streambuf(
         max_bytes=s["max_bytes"],
         timeout_s=120,
     ) as loader:
-        res = _measure(loader, len(urls) * s["per_shard"])
+        res = measure_loader(loader, len(urls) * s["per_shard"])
         res.update(loader_stats(loader))
     return res
 
@@ -144,7 +145,7 @@ def _webdataset(
         timeout=120,
         worker_init_fn=handler.install if handler is not None else None,
     )
-    return _measure(loader, len(urls) * s["per_shard"])
+    return measure_loader(loader, len(urls) * s["per_shard"])
 
 
 def _map_style(base_url: str, index: list[Any], s: dict[str, Any], pf: int) -> dict[str, Any]:
@@ -157,7 +158,7 @@ def _map_style(base_url: str, index: list[Any], s: dict[str, Any], pf: int) -> d
         prefetch_factor=pf,
         timeout=120,
     )
-    return _measure(loader, len(subset))
+    return measure_loader(loader, len(subset))
 
 
 Case = tuple[str, str, str, Callable[[], dict[str, Any]]]  # (section, kind, name, run)
@@ -185,8 +186,10 @@ def _wds_cases(
 def _run_cases(cases: list[Case], repeats: int) -> list[dict[str, Any]]:
     cfgs = [{"name": name, "kind": kind, "section": sec} for sec, kind, name, _ in cases]
     fns = {name: fn for _, _, name, fn in cases}
-    results = interleaved(cfgs, lambda c: fns[c["name"]](), repeats=repeats, label="network")
-    rows = summarise(cfgs, results, ["samples_per_s", "steady_samples_per_s"])
+    keys = ["samples_per_s", "steady_samples_per_s"]
+    rows = measure_configs(
+        cfgs, lambda c: fns[c["name"]](), repeats=repeats, label="network", keys=keys
+    )
     for r in rows:
         r["section"] = r["config"]["section"]
     return rows
@@ -249,69 +252,65 @@ def _all_rows(s: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], dict[
     return rows, notes
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     s = settings(mode)
     require("webdataset", purpose="the network benchmark's webdataset peer")
     with loopback_only():  # never through a proxy
         with tempfile.TemporaryDirectory(prefix="streambuf-net-") as tmp:
             rows, notes = _all_rows(s, Path(tmp))
-    check_runs(rows)
-    for r in rows:
-        for k, run_ in enumerate(r["runs"]):
-            if run_["distinct_samples"] != run_["expected_samples"]:
-                raise RuntimeError(f"{r['name']} run {k}: samples repeated or lost")
-    heads = []
-    for section, label in (
-        (
-            "http",
-            f"network HTTP (+{s['latency_s'] * 1e3:.0f} ms/request, {s['bandwidth_bps'] / 1e6:g} MB/s per connection)",
-        ),
-        ("disk", "network local disk"),
-        ("s3", "network S3 (moto on loopback)"),
-    ):
-        sec = [r for r in rows if r["section"] == section]
-        if not sec:
-            continue
-        sb = next(r for r in sec if r["kind"] == "streambuf")
-        peer = best_peer([r for r in sec if r["kind"] != "streambuf"], "samples_per_s")
-        heads.append(
-            Headline(
-                workload=label,
-                metric="samples/s",
-                better="higher",
-                streambuf=sb["samples_per_s"],
-                peer=peer["samples_per_s"],
-                peer_name=peer["name"].split(": ", 1)[1],
-                how=f"{s['shards']} shards x {s['per_shard']} x {s['sample_bytes'] >> 10} KiB, "
-                f"{s['workers']} workers, batch {s['batch_size']}, loader creation to last batch",
-            )
+    return {"settings": s, "notes": notes, "rows": rows}
+
+
+def shards_how(s: dict[str, Any]) -> str:
+    """The shards and loaders of a run, for a headline's ``how``."""
+    return (
+        f"{s['shards']} shards x {s['per_shard']} x {s['sample_bytes'] >> 10} KiB, "
+        f"{s['workers']} workers, batch {s['batch_size']}"
+    )
+
+
+def link_how(s: dict[str, Any]) -> str:
+    """The HTTP server's latency and pacing, for titles and headlines."""
+    return (
+        f"+{s['latency_s'] * 1e3:.0f} ms/request, {s['bandwidth_bps'] / 1e6:g} MB/s per connection"
+    )
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    s = report["settings"]
+    sections = {
+        "http": f"network HTTP ({link_how(s)})",
+        "disk": "network local disk",
+        "s3": "network S3 (moto on loopback)",
+    }
+    return [
+        versus(
+            [r for r in report["rows"] if r["section"] == section],
+            "samples_per_s",
+            workload=label,
+            metric="samples/s",
+            how=shards_how(s) + ", loader creation to last batch",
         )
-    print(
-        f"\nnetwork ({mode}): {s['shards']} shards x {s['per_shard']} samples x {s['sample_bytes'] >> 10} KiB, {s['workers']} workers, batch {s['batch_size']}, medians of {s['repeats']}"
-    )
-    text = print_table(
-        ["reader", "samples/s", "after 1st batch", "MB/s"],
-        [
-            (
-                r["name"],
-                r["samples_per_s"],
-                r["steady_samples_per_s"],
-                r["samples_per_s"] * s["sample_bytes"] / 1e6,
-            )
-            for r in rows
-        ],
-    )
-    for key, why in notes.items():
-        print(f"{key}: {why}")
-    report = finish(
-        "network",
-        out,
-        mode=mode,
-        settings=s,
-        notes=notes,
-        rows=rows,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-    )
-    return report
+        for section, label in sections.items()
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="network",
+    measure=_measure,
+    title=lambda r: (
+        f"network ({r['mode']}): {shards_how(r['settings'])}, medians of {r['settings']['repeats']}"
+    ),
+    columns=("reader", "samples/s", "after 1st batch", "MB/s"),
+    table=lambda r: [
+        (
+            x["name"],
+            x["samples_per_s"],
+            x["steady_samples_per_s"],
+            x["samples_per_s"] * r["settings"]["sample_bytes"] / 1e6,
+        )
+        for x in r["rows"]
+    ],
+    headline=_headline,
+)
+run = BENCHMARK.run

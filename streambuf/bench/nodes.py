@@ -35,8 +35,9 @@ import time
 import weakref
 from typing import Any
 
-from ._harness import MIB, interleaved, mode_of, run_config, summarise
-from ._report import Headline, check_runs, finish, print_table
+from ._benchmark import Benchmark
+from ._harness import MIB, measure_configs, run_config
+from ._report import Better, Headline, versus
 
 LATENCY_S = 0.010
 THREADS = 16
@@ -212,98 +213,105 @@ def _check_node_bounds(rows: list[dict[str, Any]]) -> None:
         raise RuntimeError("streambuf.nodes over their byte bounds:\n  " + "\n  ".join(bad))
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     s = _settings(mode)
-    cfgs = configs(mode)
-    results = interleaved(
-        cfgs, lambda c: run_config(c, isolate=s["isolate"]), repeats=s["repeats"], label="nodes"
+    rows = measure_configs(
+        configs(mode),
+        lambda c: run_config(c, isolate=s["isolate"]),
+        repeats=s["repeats"],
+        label="nodes",
+        keys=["items_per_s", "peak_live_bytes", "peak_in_flight_bytes", "budget_max_bytes"],
     )
-    keys = ["items_per_s", "peak_live_bytes", "peak_in_flight_bytes", "budget_max_bytes"]
-    rows = summarise(cfgs, results, keys)
-    check_runs(rows)
     _check_node_bounds(rows)
+    for r in rows:
+        r["peak_live_mib"] = r["peak_live_bytes"] / MIB
+    return {"settings": s, "rows": rows}
 
-    def row(size: str, consumer: str, kind: str) -> dict[str, Any]:
-        return next(
-            r
-            for r in rows
-            if (r["config"]["size"], r["config"]["consumer"], r["kind"]) == (size, consumer, kind)
-        )
 
-    table, heads = [], []
-    peer_name = "torchdata.nodes ParallelMapper + Prefetcher"
-    how = (
-        f"{s['threads']} threads, {s['latency_s'] * 1e3:.0f} ms/item, in order; "
-        f"max_concurrent/max_items {2 * s['threads']}, prefetch {PREFETCH}"
+def _row(report: dict[str, Any], size: str, consumer: str, kind: str) -> dict[str, Any]:
+    return next(
+        r
+        for r in report["rows"]
+        if (r["config"]["size"], r["config"]["consumer"], r["kind"]) == (size, consumer, kind)
     )
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    out = []
     for size in SIZES:
-        td, mine = row(size, "steady", "torchdata"), row(size, "steady", "streambuf")
-        td_h, mine_h = row(size, "hiccups", "torchdata"), row(size, "hiccups", "streambuf")
-        for kind, steady, hiccups in (
-            ("torchdata.nodes", td, td_h),
-            ("streambuf.nodes", mine, mine_h),
-        ):
-            table.append(
+        td, td_h = (
+            _row(report, size, "steady", "torchdata"),
+            _row(report, size, "hiccups", "torchdata"),
+        )
+        for kind, label in (("torchdata", "torchdata.nodes"), ("streambuf", "streambuf.nodes")):
+            steady, hiccups = (
+                _row(report, size, "steady", kind),
+                _row(report, size, "hiccups", kind),
+            )
+            out.append(
                 (
-                    f"{size}: {kind}",
+                    f"{size}: {label}",
                     steady["items_per_s"],
                     steady["items_per_s"] / td["items_per_s"],
                     hiccups["items_per_s"] / td_h["items_per_s"],
-                    steady["peak_live_bytes"] / MIB,
-                    hiccups["peak_live_bytes"] / MIB,
+                    steady["peak_live_mib"],
+                    hiccups["peak_live_mib"],
                     max(steady["peak_in_flight_bytes"], hiccups["peak_in_flight_bytes"]) / MIB,
                     steady["budget_max_bytes"] / MIB,
                 )
             )
-        heads.append(
-            Headline(
-                workload=f"torchdata.nodes graph, {size} items, steady consumer",
-                metric="items/s",
-                better="higher",
-                streambuf=mine["items_per_s"],
-                peer=td["items_per_s"],
-                peer_name=peer_name,
-                how=how,
-            )
+    return out
+
+
+HEADS: tuple[tuple[str, str, str, str, Better], ...] = (  # consumer, what, key, metric, better
+    ("steady", "steady consumer", "items_per_s", "items/s", "higher"),
+    ("hiccups", "consumer hiccups", "peak_live_mib", "peak live MiB", "lower"),
+)
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    s = report["settings"]
+    return [
+        versus(
+            [
+                r
+                for r in report["rows"]
+                if r["config"]["size"] == size and r["config"]["consumer"] == consumer
+            ],
+            key,
+            workload=f"torchdata.nodes graph, {size} items, {what}",
+            metric=metric,
+            better=better,
+            how=f"{s['threads']} threads, {s['latency_s'] * 1e3:.0f} ms/item, in order; "
+            f"max_concurrent/max_items {2 * s['threads']}, prefetch {PREFETCH}",
+            peer_name=lambda _: "torchdata.nodes ParallelMapper + Prefetcher",
         )
-        heads.append(
-            Headline(
-                workload=f"torchdata.nodes graph, {size} items, consumer hiccups",
-                metric="peak live MiB",
-                better="lower",
-                streambuf=mine_h["peak_live_bytes"] / MIB,
-                peer=td_h["peak_live_bytes"] / MIB,
-                peer_name=peer_name,
-                how=how,
-            )
-        )
-    print(
-        f"\nnodes ({mode}): {s['items']} items, {s['latency_s'] * 1e3:.0f} ms each, "
-        f"{s['threads']} threads, in order; hiccups: {s['pause_s'] * 1e3:.0f} ms pause every "
-        f"{s['pause_every']} items; streambuf max_bytes {MAPPER_MAX_BYTES // MIB} MiB "
+        for size in SIZES
+        for consumer, what, key, metric, better in HEADS
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="nodes",
+    measure=_measure,
+    title=lambda r: (
+        f"nodes ({r['mode']}): {r['settings']['items']} items, "
+        f"{r['settings']['latency_s'] * 1e3:.0f} ms each, {r['settings']['threads']} threads, in "
+        f"order; hiccups: {r['settings']['pause_s'] * 1e3:.0f} ms pause every "
+        f"{r['settings']['pause_every']} items; streambuf max_bytes {MAPPER_MAX_BYTES // MIB} MiB "
         f"(mapper) + {PREFETCHER_MAX_BYTES // MIB} MiB (prefetcher)"
-    )
-    text = print_table(
-        [
-            "graph",
-            "items/s steady",
-            "x torchdata steady",
-            "x torchdata hiccups",
-            "peak live MiB steady",
-            "peak live MiB hiccups",
-            "streambuf accounted peak MiB",
-            "streambuf max_bytes MiB",
-        ],
-        table,
-    )
-    report = finish(
-        "nodes",
-        out,
-        mode=mode,
-        settings=s,
-        rows=rows,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-    )
-    return report
+    ),
+    columns=(
+        "graph",
+        "items/s steady",
+        "x torchdata steady",
+        "x torchdata hiccups",
+        "peak live MiB steady",
+        "peak live MiB hiccups",
+        "streambuf accounted peak MiB",
+        "streambuf max_bytes MiB",
+    ),
+    table=_table,
+    headline=_headline,
+)
+run = BENCHMARK.run

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._harness import mode_of
-from ._report import Headline, finish, print_table
+from ._benchmark import Benchmark
+from ._report import Headline, Table
 from ._servers import serve
 from ._shards import make_shards
 
@@ -102,50 +102,52 @@ def _resume_cost(root: Path, *, shards: int, stop: int, repeats: int) -> dict[st
     }
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     n_shards = {"tiny": 500, "quick": 10_000, "full": 10_000}[mode]
     calls = {"tiny": 50, "quick": 300, "full": 1000}[mode]
     repeats = {"tiny": 1, "quick": 2, "full": 5}[mode]
     with tempfile.TemporaryDirectory(prefix="streambuf-bench-resume-") as tmp:
         state = _state_cost(Path(tmp) / "tiny", shards=n_shards, calls=calls)
         resume = _resume_cost(Path(tmp) / "http", shards=8, stop=12, repeats=repeats)
-    print(f"\nresume ({mode}): state_dict() of a 2-worker Loader over {n_shards} shards")
-    t1 = print_table(
-        ["shards", "state_dict median ms", "p99 ms", "state bytes (JSON)", "pending samples"],
-        [
-            (
-                state["shards"],
-                state["median_s"] * 1e3,
-                state["p99_s"] * 1e3,
-                state["state_bytes"],
-                state["pending"],
-            )
-        ],
-    )
-    print("\ntime to first batch, HTTP shards, +50 ms per request (medians)")
-    t2 = print_table(
-        ["fresh start s", "resume mid-epoch s", "resume / fresh"],
-        [(resume["fresh_median_s"], resume["resume_median_s"], resume["ratio"])],
-    )
-    heads = [
+    return {"state_dict": state, "resume": resume}
+
+
+def _state_row(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    s = report["state_dict"]
+    return [(s["shards"], s["median_s"] * 1e3, s["p99_s"] * 1e3, s["state_bytes"], s["pending"])]
+
+
+def _first_batch_table(report: dict[str, Any]) -> list[Table]:
+    r = report["resume"]
+    return [
+        Table(
+            "time to first batch, HTTP shards, +50 ms per request (medians)",
+            ("fresh start s", "resume mid-epoch s", "resume / fresh"),
+            [(r["fresh_median_s"], r["resume_median_s"], r["ratio"])],
+        )
+    ]
+
+
+BENCHMARK = Benchmark(
+    name="resume",
+    measure=_measure,
+    title=lambda r: (
+        f"resume ({r['mode']}): state_dict() of a 2-worker Loader over "
+        f"{r['state_dict']['shards']} shards"
+    ),
+    columns=("shards", "state_dict median ms", "p99 ms", "state bytes (JSON)", "pending samples"),
+    table=_state_row,
+    more=_first_batch_table,
+    headline=lambda r: [
         Headline(
             workload="resume: time to first batch (HTTP, +50 ms)",
             metric="s",
             better="lower",
-            streambuf=resume["resume_median_s"],
-            peer=resume["fresh_median_s"],
+            streambuf=r["resume"]["resume_median_s"],
+            peer=r["resume"]["fresh_median_s"],
             peer_name="a fresh start of the same loader",
             how="2 workers x 3 lanes, 8 shards over loopback HTTP; resume at batch 12",
         )
-    ]
-    report = finish(
-        "resume",
-        out,
-        mode=mode,
-        state_dict=state,
-        resume=resume,
-        headline=[h.as_dict() for h in heads],
-        table=t1 + "\n" + t2,
-    )
-    return report
+    ],
+)
+run = BENCHMARK.run

@@ -20,10 +20,9 @@ import statistics
 from typing import Any
 
 from .._compact import StrList
-from ._harness import mode_of
-from ._report import Headline, finish, print_table
-
-MIB = 1 << 20
+from ._benchmark import Benchmark
+from ._harness import MIB
+from ._report import Headline
 
 
 def _private_dirty(pid: int) -> int:
@@ -60,39 +59,31 @@ def _run(urls: Any, batch: int) -> dict[str, Any]:
     return {"batches": n, "growth_bytes": growth, "median_growth_bytes": statistics.median(growth)}
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str) -> dict[str, Any]:
     n = {"tiny": 20_000, "quick": 100_000, "full": 100_000}[mode]
     urls = [f"s3://a-bucket-name/some/prefix/train-{i:08d}.tar" for i in range(n)]
-    as_list = _run(urls, 256)
-    compact = _run(StrList(urls), 256)
-    print(f"\nscale ({mode}): {n} shard URLs, 2 forked workers, one epoch")
-    text = print_table(
-        ["URLs held as", "growth per worker MiB (median)", "batches"],
-        [
-            ("list[str]", as_list["median_growth_bytes"] / MIB, as_list["batches"]),
-            ("StrList", compact["median_growth_bytes"] / MIB, compact["batches"]),
-        ],
-    )
-    heads = [
+    return {"shards": n, "list": _run(urls, 256), "strlist": _run(StrList(urls), 256)}
+
+
+BENCHMARK = Benchmark(
+    name="scale",
+    measure=_measure,
+    title=lambda r: f"scale ({r['mode']}): {r['shards']} shard URLs, 2 forked workers, one epoch",
+    columns=("URLs held as", "growth per worker MiB (median)", "batches"),
+    table=lambda r: [
+        (label, r[key]["median_growth_bytes"] / MIB, r[key]["batches"])
+        for label, key in (("list[str]", "list"), ("StrList", "strlist"))
+    ],
+    headline=lambda r: [
         Headline(
-            workload=f"memory at scale ({n} shards)",
+            workload=f"memory at scale ({r['shards']} shards)",
             metric="MiB growth per worker",
             better="lower",
-            streambuf=compact["median_growth_bytes"] / MIB,
-            peer=as_list["median_growth_bytes"] / MIB,
+            streambuf=r["strlist"]["median_growth_bytes"] / MIB,
+            peer=r["list"]["median_growth_bytes"] / MIB,
             peer_name="the same URLs as a list of str",
             how="2 forked workers, one epoch, Private_Dirty after the first batch -> end",
         )
-    ]
-    report = finish(
-        "scale",
-        out,
-        mode=mode,
-        shards=n,
-        list=as_list,
-        strlist=compact,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-    )
-    return report
+    ],
+)
+run = BENCHMARK.run

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._harness import MIB, interleaved, mode_of, run_config, summarise
-from ._report import Headline, best_peer, check_runs, finish, print_table
+from ._benchmark import Benchmark
+from ._harness import MIB, measure_configs, run_config
+from ._report import versus
 
 RUNNER = "streambuf.bench.workloads:run_loader"
 
@@ -49,39 +50,40 @@ def configs(mode: str) -> list[dict[str, Any]]:
     return out
 
 
-def run(*, quick: bool = False, out: str | None = None, tiny: bool = False) -> dict[str, Any]:
-    mode = mode_of(quick=quick, tiny=tiny)
-    cfgs = configs(mode)
-    repeats = 3 if mode == "full" else 1
-    isolate = mode != "tiny"
-    results = interleaved(
-        cfgs, lambda c: run_config(c, isolate=isolate), repeats=repeats, label="stall"
+def _measure(mode: str) -> dict[str, Any]:
+    rows = measure_configs(
+        configs(mode),
+        lambda c: run_config(c, isolate=mode != "tiny"),
+        repeats=3 if mode == "full" else 1,
+        label="stall",
+        keys=["wait_fraction", "batches_per_s", "peak_in_flight_bytes"],
     )
-    rows = summarise(cfgs, results, ["wait_fraction", "batches_per_s", "peak_in_flight_bytes"])
-    check_runs(rows)
-    print(f"\nstall ({mode}): log-normal latency (median 8 ms, sigma 1), batch 32, 40 ms step")
-    text = print_table(
-        ["run", "consumer wait %", "batches/s"],
-        [(r["name"], 100 * r["wait_fraction"], r["batches_per_s"]) for r in rows],
+    return {"rows": rows}
+
+
+def _how(sb: dict[str, Any], peer: dict[str, Any]) -> str:
+    return (
+        f"consumer waits {100 * sb['wait_fraction']:.1f}% (streambuf) vs "
+        f"{100 * peer['wait_fraction']:.1f}% ({peer['name']}); {sb['config']['workers']} workers"
     )
-    sb = next(r for r in rows if r["kind"] == "streambuf")
-    peer = best_peer([r for r in rows if r["kind"] == "dataloader"], "batches_per_s")
-    head = Headline(
-        workload="stall (log-normal latency, 40 ms train step)",
-        metric="batches/s",
-        better="higher",
-        streambuf=sb["batches_per_s"],
-        peer=peer["batches_per_s"],
-        peer_name=peer["name"],
-        how=f"consumer waits {100 * sb['wait_fraction']:.1f}% (streambuf) vs "
-        f"{100 * peer['wait_fraction']:.1f}% ({peer['name']}); {cfgs[0]['workers']} workers",
-    )
-    report = finish(
-        "stall",
-        out,
-        mode=mode,
-        rows=rows,
-        headline=[head.as_dict()],
-        table=text,
-    )
-    return report
+
+
+BENCHMARK = Benchmark(
+    name="stall",
+    measure=_measure,
+    title=lambda r: (
+        f"stall ({r['mode']}): log-normal latency (median 8 ms, sigma 1), batch 32, 40 ms step"
+    ),
+    columns=("run", "consumer wait %", "batches/s"),
+    table=lambda r: [(x["name"], 100 * x["wait_fraction"], x["batches_per_s"]) for x in r["rows"]],
+    headline=lambda r: [
+        versus(
+            r["rows"],
+            "batches_per_s",
+            workload="stall (log-normal latency, 40 ms train step)",
+            metric="batches/s",
+            how=_how,
+        )
+    ],
+)
+run = BENCHMARK.run

@@ -37,9 +37,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ._benchmark import Benchmark
 from ._deps import importable, progress, require
-from ._harness import median, mode_of
-from ._report import Headline, best_peer, check_runs, finish, print_table
+from ._harness import median
+from ._report import Headline, Table, versus
 from ._video_data import make_videos
 from ._video_overhead import decode_overhead
 from ._video_peers import FromStart, SeekPerClip, TorchcodecVideos, torchcodec_resize_mode
@@ -224,15 +225,10 @@ def _versions() -> dict[str, Any]:
     }
 
 
-def run(
-    *, quick: bool = False, out: str | None = None, tiny: bool = False, config: Config | None = None
-) -> dict[str, Any]:
-    """Run every comparison; print the tables; write ``video.json`` under ``out``."""
-    mode = mode_of(quick=quick, tiny=tiny)
+def _measure(mode: str, config: Config | None = None) -> dict[str, Any]:
     cfg = config or {"tiny": TINY, "quick": QUICK, "full": FULL}[mode]
     versions = _versions()
     torchcodec = importable("torchcodec.decoders")
-    t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="streambuf-video-bench-"))
     rows: list[dict[str, Any]] = []
     same: dict[int, bool] = {}
@@ -263,69 +259,75 @@ def run(
                 )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    check_runs(rows)
     if not all(same.values()):
         raise RuntimeError(f"streambuf and PyAV seek-per-clip decoded different frames: {same}")
-    heads = []
-    for gop in cfg.gops:
-        mine = [r for r in rows if r["gop"] == gop]
-        sb = next(r for r in mine if r["kind"] == "streambuf")
-        peer = best_peer(
-            [r for r in mine if r["kind"] in ("seek-per-clip", "torchcodec")], "clips_per_s"
+    return {
+        "versions": versions,
+        "config": asdict(cfg),
+        "torchcodec": torchcodec or "imported",
+        "torchcodec_resize": None if torchcodec else torchcodec_resize_mode(),
+        "same_frames": {str(k): v for k, v in same.items()},
+        "rows": rows,
+        "decode_overhead": overhead,
+    }
+
+
+def _headline(report: dict[str, Any]) -> list[Headline | None]:
+    c, tc = report["config"], report["torchcodec"]
+    return [
+        versus(
+            [r for r in report["rows"] if r["gop"] == gop],
+            "clips_per_s",
+            workload=f"video {c['height']}p, GOP {gop} frames ({gop / c['fps']:.1f} s)",
+            metric="clips/s",
+            how=f"random {c['frames_per_clip']}-frame clips, {c['clips_per_video']}/video, "
+            f"{c['workers']} workers, batch {c['batch']}, -> {c['size']}x{c['size']}"
+            + ("" if tc == "imported" else "; torchcodec " + tc),
+            peers=lambda r: r["kind"] in ("seek-per-clip", "torchcodec"),
         )
-        heads.append(
-            Headline(
-                workload=f"video {cfg.height}p, GOP {gop} frames ({gop / cfg.fps:.1f} s)",
-                metric="clips/s",
-                better="higher",
-                streambuf=sb["clips_per_s"],
-                peer=peer["clips_per_s"],
-                peer_name=peer["name"].split(": ", 1)[1],
-                how=f"random {cfg.frames_per_clip}-frame clips, {cfg.clips_per_video}/video, "
-                f"{cfg.workers} workers, batch {cfg.batch}, -> {cfg.size}x{cfg.size}"
-                + ("" if torchcodec is None else "; torchcodec " + torchcodec),
-            )
-        )
-    print(
-        f"\nvideo ({mode}): random {cfg.frames_per_clip}-frame clips, {cfg.clips_per_video} per "
-        f"{cfg.seconds:.0f} s {cfg.width}x{cfg.height} video -> {cfg.size}x{cfg.size}, "
-        f"{cfg.workers} workers, batch {cfg.batch}; torchcodec: {torchcodec or 'imported'}"
+        for gop in c["gops"]
+    ]
+
+
+def _title(report: dict[str, Any]) -> str:
+    c = report["config"]
+    return (
+        f"video ({report['mode']}): random {c['frames_per_clip']}-frame clips, "
+        f"{c['clips_per_video']} per {c['seconds']:.0f} s {c['width']}x{c['height']} video -> "
+        f"{c['size']}x{c['size']}, {c['workers']} workers, batch {c['batch']}; torchcodec: "
+        f"{report['torchcodec']}"
     )
-    text = print_table(
-        ["loader", "clips/s", "streambuf is"],
-        [
-            (r["name"], r["clips_per_s"], f"{_sb(rows, r['gop']) / r['clips_per_s']:.2f}x")
-            for r in rows
-        ],
-    )
-    if overhead:
-        print("\ndecode overhead, frames/s (plain PyAV vs streambuf, same frames):")
-        print_table(
-            ["case", "plain PyAV", "streambuf", "overhead"],
+
+
+def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows = report["rows"]
+    sb = {r["gop"]: r["clips_per_s"] for r in rows if r["kind"] == "streambuf"}
+    return [(r["name"], r["clips_per_s"], f"{sb[r['gop']] / r['clips_per_s']:.2f}x") for r in rows]
+
+
+def _overhead(report: dict[str, Any]) -> list[Table]:
+    overhead = report["decode_overhead"]
+    if not overhead:
+        return []
+    return [
+        Table(
+            "decode overhead, frames/s (plain PyAV vs streambuf, same frames):",
+            ("case", "plain PyAV", "streambuf", "overhead"),
             [
                 (o["label"], o["plain_median"], o["streambuf_median"], f"{o['overhead']:+.1%}")
                 for o in overhead.values()
             ],
         )
-    report = finish(
-        "video",
-        out,
-        mode=mode,
-        versions=versions,
-        config=asdict(cfg),
-        torchcodec=torchcodec or "imported",
-        torchcodec_resize=None if torchcodec else torchcodec_resize_mode(),
-        same_frames={str(k): v for k, v in same.items()},
-        rows=rows,
-        decode_overhead=overhead,
-        headline=[h.as_dict() for h in heads],
-        table=text,
-        total_s=time.perf_counter() - t0,
-    )
-    return report
+    ]
 
 
-def _sb(rows: list[dict[str, Any]], gop: int) -> float:
-    return float(
-        next(r["clips_per_s"] for r in rows if r["gop"] == gop and r["kind"] == "streambuf")
-    )
+BENCHMARK = Benchmark(
+    name="video",
+    measure=_measure,
+    title=_title,
+    columns=("loader", "clips/s", "streambuf is"),
+    table=_table,
+    headline=_headline,
+    more=_overhead,
+)
+run = BENCHMARK.run
