@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._ledger import Ledger, Rec
 from ._units import check_choice, check_int, check_weight
 from .errors import add_note
-from .sharding import hash_seed
+from .sharding import Sharding, hash_seed
 
 if TYPE_CHECKING:
     from ._contracts import WorkerContext
@@ -99,7 +99,9 @@ class _Counters:
 
 @dataclass(frozen=True)
 class MixSpec:
-    """What ``mix`` was given (picklable; held by the mixed pipeline)."""
+    """What ``mix`` was given (picklable): the mixed pipeline's Source (the protocol
+    ``streambuf._contracts.Source``). Its shards are its sources (a sample's position
+    starts with the source's index); its sources resume only as saved."""
 
     pipelines: tuple[Pipeline, ...]
     weights: tuple[float, ...]
@@ -107,14 +109,41 @@ class MixSpec:
     stop: Stop
     counters: _Counters
 
+    state_kind = "mix"
+    buffers = True  # each source's lanes and stages: a share of the stage grant
+
+    def num_shards(self) -> int:
+        return len(self.pipelines)
+
+    def names(self) -> None:
+        return None  # identified by count; the sources' own lists are in fingerprint()
+
     def fingerprint(self) -> str:
         from ._state import fingerprint
 
         return f"mix[{self.stop};{','.join(fingerprint(p) for p in self.pipelines)}]"
 
+    def lanes(self) -> None:
+        return None  # each source's own, inside its snapshot
+
+    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
+        return True  # its sources' shares: known only by running them
+
+    def elastic_refusal(self) -> str:
+        return (
+            "a mix() pipeline resumes only at the layout it was saved at (same world size "
+            "and num_workers)"
+        )
+
+    def sizes(self) -> None:
+        return None
+
+    def label(self, shard: int) -> str:
+        return f"mixed source {shard} ({self.pipelines[shard]!r})"
+
     def open(
         self,
-        pipe: Any,
+        sharding: Sharding,
         ctx: WorkerContext,
         *,
         ledger: Ledger,
@@ -133,7 +162,7 @@ class MixSpec:
             pending=resume["pending"] if resume else None,
         )
 
-    def access(self, pipe: Any, ctx: WorkerContext, *, stage_bytes: int | None) -> Any:
+    def access(self, sharding: Sharding, ctx: WorkerContext, *, stage_bytes: int | None) -> Any:
         raise ValueError(
             "a mixed pipeline cannot fetch one sample back by position; mix() takes "
             "plain pipelines as sources (pass every source to one mix())"
@@ -193,7 +222,7 @@ class MixRun:
         try:
             rec = next(self._iters[k], None)
         except Exception as exc:
-            add_note(exc, f"streambuf: raised in mixed source {k} ({self.spec.pipelines[k]!r})")
+            add_note(exc, f"streambuf: raised in {self.spec.label(k)}")
             raise
         if rec is None:
             return None
@@ -317,7 +346,7 @@ def mix(
             raise TypeError(f"mix(): source {i} is a {type(p).__name__}, not a streambuf.Pipeline")
         if any(isinstance(s, Batch) for s in p._stages):
             raise ValueError(f"mix(): source {i} is batched; mix samples, then .batch() the mix")
-        if p._mix is not None:
+        if isinstance(p._src, MixSpec):
             raise ValueError(
                 f"mix(): source {i} is itself a mix, whose samples cannot be made again "
                 "one at a time from their positions (a mix does, on resume); pass all "
@@ -329,7 +358,7 @@ def mix(
                 f"mix(): source {i} has the stage {held[0]!r}, which cannot make one sample "
                 "again from its position (a mix does, on resume); compose it after mix()"
             )
-        if p._equalize is not None:
+        if p._sharding.equalize is not None:
             raise ValueError(
                 f"mix(): source {i} has equalize=; equalize the mixed pipeline's ranks by steps instead"
             )
@@ -350,15 +379,12 @@ def mix(
         stop,
         _Counters(len(pipelines)),
     )
-    pipe = Pipeline(list(range(len(pipelines))), seed=spec.seed)
-    pipe._mix = spec
-    pipe._src = spec
-    return pipe
+    return Pipeline._of(spec, Sharding(seed=spec.seed))
 
 
 def mix_stats(pipeline: Pipeline, /) -> MixStats:
     """Samples taken from each source of a ``mix`` pipeline (all its workers), restarts."""
-    spec = getattr(pipeline, "_mix", None)
-    if spec is None:
+    spec = getattr(pipeline, "_src", None)
+    if not isinstance(spec, MixSpec):
         raise TypeError("mix_stats() needs a pipeline built by streambuf.mix()")
     return spec.counters.snapshot()

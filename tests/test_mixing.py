@@ -107,3 +107,15 @@ def test_bad_arguments():
         sb.mix([p.batch(2)], weights=[1])
     with pytest.raises(TypeError, match="Pipeline"):
         sb.mix([[1, 2]], weights=[1])  # type: ignore[list-item]
+
+
+def test_a_state_of_other_mixed_sources_does_not_load():
+    # the mix's Source adds its sources' whole fingerprints (shards, stages) to the state's
+    saved = mixed_pipe(sizes=(8, 4)).batch(4)
+    it = iter(saved)
+    next(it)
+    state = saved.state_dict()
+    mixed_pipe(sizes=(8, 4)).batch(4).load_state_dict(state)  # the same sources: accepted
+    for other in (mixed_pipe(sizes=(8, 5)), mixed_pipe(stop="never")):
+        with pytest.raises(ValueError, match="mixed sources differ"):
+            other.batch(4).load_state_dict(state)

@@ -171,6 +171,10 @@ class TarReader:
     counters: ShardCounters
     publish_every_s: float = 1.0
 
+    def lanes(self) -> tuple[int, str]:
+        """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
+        return self.options.lanes, self.options.order
+
     def buffer_bytes(self, stage_bytes: int | None, *, lanes: int) -> int:
         """The byte bound of the lanes' buffer for a stage grant (module docstring)."""
         o = self.options
@@ -291,19 +295,17 @@ def shards(
             iteration.
     """
     from .._compact import StrList
+    from .._source import SequenceSource
     from ..pipeline import Pipeline
+    from ..sharding import Sharding
 
+    sharding = Sharding.pick(locals())
     options = ShardOptions.pick(locals())
-    return Pipeline(
-        StrList(expand_urls(urls, storage_options=storage_options)),
-        reader=TarReader(options, ShardCounters()),
-        shuffle_shards=shuffle_shards,
-        seed=seed,
-        samples_per_shard=samples_per_shard,
-        equalize=equalize,
-        rank=rank,
-        world_size=world_size,
+    reader = TarReader(options, ShardCounters())
+    source = SequenceSource(
+        StrList(expand_urls(urls, storage_options=storage_options)), reader=reader
     )
+    return Pipeline._of(source, sharding)
 
 
 def shard_stats(pipeline: Pipeline, /) -> ShardTotals:
@@ -312,7 +314,7 @@ def shard_stats(pipeline: Pipeline, /) -> ShardTotals:
     Raises:
         TypeError: the pipeline was not built by ``shards()``.
     """
-    reader = getattr(pipeline, "_reader", None)
+    reader = getattr(getattr(pipeline, "_src", None), "reader", None)
     if not isinstance(reader, TarReader):
         raise TypeError("shard_stats() needs a pipeline built by streambuf.shards()")
     return reader.counters.snapshot()

@@ -45,11 +45,12 @@ from typing import IO, Any
 
 from .._contracts import ReaderRun, WorkerContext
 from .._failures import FailurePolicy, OnError
-from .._units import check_bool, check_choice, check_int, parse_count
+from .._source import SequenceSource
+from .._units import check_choice, check_int, parse_count
 from ..errors import VideoError, add_note
 from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
 from ..pipeline import Pipeline
-from ..sharding import Equalize
+from ..sharding import Equalize, Sharding
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler
@@ -125,6 +126,10 @@ class VideoReader:
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
 
+    def lanes(self) -> tuple[int, str]:
+        """``(lanes, order)`` a slot's videos are decoded with: one lane per thread."""
+        return max(1, self.threads), "round_robin"
+
     def open(
         self,
         source: Sequence[Any],
@@ -135,7 +140,7 @@ class VideoReader:
         stride: int,
         offset: int,
     ) -> ReaderRun:
-        lanes = max(1, self.threads)
+        lanes, _ = self.lanes()
         return ReaderRun(
             access=VideoAccess(self, source, ctx=ctx, stride=stride, offset=offset),
             lanes=lanes,
@@ -333,7 +338,6 @@ def clips(
             check_int(value, name=arg, minimum=1)
     check_int(ffmpeg_threads, name="ffmpeg_threads")  # 0: FFmpeg decides
     parse_count(threads, name="threads")
-    check_bool(shuffle_videos, name="shuffle_videos")
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
@@ -349,6 +353,15 @@ def clips(
                 f"equalize={equalize!r} needs the number of clips per video; this sampler's "
                 "count depends on each video's length: pass clips_per_video="
             )
+    sharding = Sharding(
+        shuffle_shards=shuffle_videos,
+        seed=seed,
+        samples_per_shard=clips_per_video,
+        equalize=equalize,
+        rank=rank,
+        world_size=world_size,
+        arg_names={"shuffle_shards": "shuffle_videos", "samples_per_shard": "clips_per_video"},
+    )
     _import_av()
     urls = [os.fspath(u) for u in expand_urls(videos, storage_options=storage_options)]
     reader = VideoReader(
@@ -367,13 +380,4 @@ def clips(
     )
     from .._compact import IndexedStrList, StrList
 
-    return Pipeline(
-        IndexedStrList(StrList(urls)),
-        reader=reader,
-        shuffle_shards=shuffle_videos,
-        seed=seed,
-        samples_per_shard=clips_per_video,
-        equalize=equalize,
-        rank=rank,
-        world_size=world_size,
-    )
+    return Pipeline._of(SequenceSource(IndexedStrList(StrList(urls)), reader=reader), sharding)

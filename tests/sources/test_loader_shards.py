@@ -142,7 +142,7 @@ def test_skips_are_counted_and_reachable(server: FaultyServer) -> None:
 
 def test_stage_grant_bounds_the_lane_buffer(ten_shards: Path) -> None:
     pipe = sb.shards(str(ten_shards / "*.tar"), lanes=3, block_bytes="1MiB", readahead_bytes="1MiB")
-    reader = pipe._reader
+    reader = pipe._src.reader
     assert isinstance(reader, sb.sources.TarReader)
     assert reader.buffer_bytes(None, lanes=3) == 256 * MIB  # outside a Loader: max_bytes
     assert reader.buffer_bytes(40 * MIB, lanes=3) == 31 * MIB  # minus 3 x (2 + 1) MiB

@@ -67,7 +67,7 @@ def test_same_clips_as_decode_clips(paths, threads) -> None:
 
 def test_glob_is_expanded_sorted(paths, video_dir) -> None:
     pipe = clips(str(Path(video_dir) / "*"), sampler=SAMPLER, shuffle_videos=False)
-    assert [u for _, u in pipe._source] == paths
+    assert [u for _, u in pipe._src.shards] == paths
     with pytest.raises(FileNotFoundError, match="no file matches"):
         clips(str(Path(video_dir) / "*.nothing"), sampler=SAMPLER)
 
@@ -166,7 +166,7 @@ def test_fsspec_urls_opened_lazily(paths, monkeypatch) -> None:
     for p in paths:
         fs.pipe(f"/vids/{Path(p).name}", Path(p).read_bytes())
     pipe = clips("memory://vids/*", sampler=SAMPLER, shuffle_videos=False, storage_options={})
-    urls = [u for _, u in pipe._source]
+    urls = [u for _, u in pipe._src.shards]
     assert urls == [f"memory:///vids/{Path(p).name}" for p in paths]
     pickle.loads(pickle.dumps(pipe))  # nothing opened: the pipeline crosses into workers
     got = list(pipe)
