@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .buffer import Order
 
 if TYPE_CHECKING:
+    from ._counters import PipelineStats
     from ._ledger import Ledger
     from ._source import Access
     from .sharding import Sharding
@@ -147,6 +148,10 @@ class Source(Protocol):
 
     def label(self, shard: int) -> str:
         """Shard ``shard`` in a message."""
+        ...
+
+    def stats(self) -> PipelineStats:
+        """What it counted, summed over every worker that read it (``Pipeline.stats()``)."""
         ...
 
 

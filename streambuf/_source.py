@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._access import ExpandAccess, ItemAccess
+from ._counters import PipelineStats
 from ._identity import shard_name
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
@@ -356,6 +357,11 @@ class SequenceSource:
     def label(self, shard: int) -> str:
         return repr(self.shards[shard])[:200]
 
+    def stats(self) -> PipelineStats:
+        """A reader's counters (``shards()``, ``video.clips()``: its ``stats()``)."""
+        counted = getattr(self.reader, "stats", None)
+        return counted() if callable(counted) else PipelineStats()
+
     def _split(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> Assignment:
         n = len(self.shards)
         return assign(n, sharding.order(n, epoch), slot, slots)
@@ -445,6 +451,9 @@ class IterableSource:
 
     def label(self, shard: int) -> str:
         return f"item {shard}"
+
+    def stats(self) -> PipelineStats:
+        return PipelineStats()
 
     def open(
         self,

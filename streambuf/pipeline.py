@@ -28,6 +28,7 @@ from torch.utils.data import IterableDataset
 
 from . import _state
 from ._contracts import Source, SourceReader, WorkerContext
+from ._counters import PipelineStats
 from ._iteration import Iteration
 from ._shared import SharedInt
 from ._source import IterableSource, SequenceSource
@@ -252,6 +253,14 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
     def num_shards(self) -> int | None:
         """Shards in the source (None for a one-shot iterable)."""
         return self._src.num_shards()
+
+    def stats(self) -> PipelineStats:
+        """Everything this pipeline counts, summed over every worker that ran it (or any
+        fluent descendant) since it was built: ``shards`` (``shards()``: shard reads,
+        samples, I/O, cache), ``videos`` (``video.clips()``), ``mix`` (``mix()``: samples
+        taken per source, restarts) and a mix's ``sources``; ``as_dict(flat=True)`` for
+        loggers."""
+        return self._src.stats()
 
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:

@@ -29,6 +29,9 @@ Data flow inside one DataLoader worker (or the main process without workers)::
   dropped. ``"skip"``: the video is logged and counted (its clips before the damage are
   kept) and the lane goes on; more than ``max_failures`` skips per worker raise
   ``TooManyFailures``.
+* **Counters.** ``pipe.stats().videos``: the ``DecodeStats`` of every worker, summed
+  (videos, clips, frames decoded and converted, seeks, failures), published as each
+  video ends.
 * **Shutdown.** Closing the iterator (end, ``break``, an exception, Loader shutdown)
   closes the buffer; lanes stop at their next reservation or put, close their containers
   and files, and are joined (bounded).
@@ -40,10 +43,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
 from .._contracts import ReaderRun, WorkerContext
+from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
 from .._source import SequenceSource
 from .._units import check_choice, check_int, parse_count
@@ -62,6 +66,7 @@ log = logging.getLogger("streambuf")
 _DEFAULT_STAGE_BYTES = 256 << 20  # the buffer's bound outside a Loader
 _ITEMS_PER_LANE = 4
 _STAGE = "video"
+_DECODE = tuple(f.name for f in fields(DecodeStats))
 
 
 def _is_remote(url: str) -> bool:
@@ -125,6 +130,13 @@ class VideoReader:
     cache_limit: int | None = None
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
+    counters: SharedCounters = field(
+        default_factory=lambda: SharedCounters(_DECODE), compare=False, repr=False
+    )
+
+    def stats(self) -> PipelineStats:
+        """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
+        return PipelineStats(videos=DecodeStats(**self.counters.totals()))
 
     def lanes(self) -> tuple[int, str]:
         """``(lanes, order)`` a slot's videos are decoded with: one lane per thread."""
@@ -238,6 +250,7 @@ class VideoAccess:
         with self._lock:
             for f in fields(DecodeStats):
                 setattr(self.stats, f.name, getattr(self.stats, f.name) + getattr(stats, f.name))
+            self.r.counters.add(self.ctx.worker, asdict(stats))
 
     def read(self, lane: int, shard: int, /, *, index: int, hint: Any) -> Iterator[tuple]:
         done = list(hint["done"]) if isinstance(hint, dict) else []
