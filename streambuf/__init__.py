@@ -10,6 +10,7 @@ from . import nodes as nodes  # torchdata.nodes: Prefetcher, ParallelMapper, Pip
 from . import video as video
 from . import wds as wds  # per-sample WebDataset functions: Decoder, ToTuple, ...
 from ._contracts import WorkerContext
+from ._counters import PipelineStats
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
 from .compose import Stage, StageState
@@ -49,6 +50,7 @@ __all__ = [
     "LoaderStats",
     "MixStats",
     "Pipeline",
+    "PipelineStats",
     "Prefetcher",
     "Recommendation",
     "ShardError",

@@ -1,6 +1,7 @@
 """The contracts between a ``Pipeline`` and the modules that run it: where a copy runs
-(``WorkerContext``), what a shard reader opens (``ReaderRun``, ``SourceReader``), and the
-part of a pipeline that its iteration, state and mixing read (``PipelineView``).
+(``WorkerContext``), what a shard reader opens (``ReaderRun``, ``SourceReader``), what a
+pipeline reads from (``Source``), and the part of a pipeline that its iteration, state
+and mixing read (``PipelineView``).
 
 A leaf of the package: ``pipeline.py`` implements these, and the modules below it
 (``_iteration``, ``_state``, ``_verbs``) name them instead of importing the Pipeline, so
@@ -9,18 +10,20 @@ the layers import one way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .buffer import Order
 
 if TYPE_CHECKING:
+    from ._counters import PipelineStats
+    from ._ledger import Ledger
     from ._source import Access
-    from .sharding import Equalize
+    from .sharding import Sharding
     from .stages import Stage
 
-__all__ = ["PipelineView", "ReaderRun", "SourceReader", "WorkerContext"]
+__all__ = ["PipelineView", "ReaderRun", "Source", "SourceReader", "WorkerContext"]
 
 
 @dataclass(frozen=True)
@@ -72,20 +75,93 @@ class SourceReader(Protocol):
     ) -> ReaderRun: ...
 
 
+class Source(Protocol):
+    """What a pipeline reads from: ``streambuf._source.SequenceSource`` (items,
+    ``expand``, a ``SourceReader``'s shards), ``IterableSource`` (one-shot) or a mix's
+    ``streambuf.mixing.MixSpec``. Configuration only (picklable). ``Iteration`` opens it;
+    ``_state`` and ``_identity`` ask it what a saved state records and checks, never
+    which kind it is."""
+
+    @property
+    def buffers(self) -> bool:
+        """It holds samples ahead of the stages (a reader's lanes, a mix's sources), so
+        it takes a share of the stage byte grant."""
+        ...
+
+    @property
+    def state_kind(self) -> str:
+        """The shape of its cursor and pending rows in a snapshot: ``"lanes"`` (a
+        ``SourceRun``'s), ``"mix"`` or ``"none"`` (not resumable)."""
+        ...
+
+    def open(
+        self,
+        sharding: Sharding,
+        ctx: WorkerContext,
+        *,
+        ledger: Ledger,
+        stage_bytes: int | None,
+        resume: dict[str, Any] | None,
+        progress: Any,
+    ) -> Any:
+        """The slot's run for one pass: iterates ``Rec`` objects; ``cursor()``,
+        ``unissued()`` and ``partial`` for the snapshot."""
+        ...
+
+    def access(self, sharding: Sharding, ctx: WorkerContext, *, stage_bytes: int | None) -> Any:
+        """The slot's ``Access`` for fetching samples back by position (no lanes)."""
+        ...
+
+    def num_shards(self) -> int | None:
+        """Shards (None: a one-shot iterable); a saved state's ``shards``."""
+        ...
+
+    def names(self) -> list[str] | None:
+        """Each shard's identity (``streambuf._identity.shard_name``), or None: the
+        shards are identified by their count."""
+        ...
+
+    def fingerprint(self) -> str:
+        """What the source adds to a state's ``fingerprint`` beyond its shard list
+        ("" for a list of shards; a mix: its sources' whole fingerprints)."""
+        ...
+
+    def lanes(self) -> tuple[int, str] | None:
+        """``(lanes, order)`` a slot's shards are read with (before the cap at its shard
+        count), or None when it cannot be known: an exact resume restores each lane's
+        cursor, so a change of either resumes elastically."""
+        ...
+
+    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
+        """Whether ``slot`` of ``slots`` has anything to read in ``epoch`` (True when
+        only a run can tell)."""
+        ...
+
+    def elastic_refusal(self) -> str | None:
+        """Why it cannot resume at another layout, or None when it can."""
+        ...
+
+    def sizes(self) -> list[int] | None:
+        """Samples per shard when the source itself knows them (plain items: 1 each),
+        else None (``samples_per_shard`` says)."""
+        ...
+
+    def label(self, shard: int) -> str:
+        """Shard ``shard`` in a message."""
+        ...
+
+    def stats(self) -> PipelineStats:
+        """What it counted, summed over every worker that read it (``Pipeline.stats()``)."""
+        ...
+
+
 class PipelineView(Protocol):
     """What ``_iteration``, ``_state`` and ``mixing`` read of a ``Pipeline`` (its
     configuration; they never change it except through ``set_epoch``)."""
 
-    _source: Any
-    _src: Any  # the Source: SequenceSource, IterableSource or a mix's MixSpec
-    _is_seq: bool
-    _expand: Callable[[Any], Iterable[Any]] | None
-    _reader: SourceReader | None
-    _mix: Any  # a streambuf.mixing.MixSpec when built by mix()
+    _src: Source
+    _sharding: Sharding
     _stages: tuple[Stage, ...]
-    _seed: int
-    _shuffle_shards: bool
-    _equalize: Equalize | None
 
     @property
     def seed(self) -> int: ...

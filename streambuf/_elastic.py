@@ -56,7 +56,7 @@ class Progress:
             world, workers, rank = layout["world_size"], layout["num_workers"], layout["rank"]
             n = state["shards"]
             order = shard_order(
-                n, seed=state["seed"], epoch=state["epoch"], shuffle=pipe._shuffle_shards
+                n, seed=state["seed"], epoch=state["epoch"], shuffle=pipe._sharding.shuffle_shards
             )
             for w, snap in enumerate(state["workers"]):
                 if snap is None:

@@ -11,7 +11,7 @@ ETag are not part of it: knowing them would cost a stat or a request per shard.
 Only pipelines whose items are shard references have names: a ``reader=`` or
 ``expand=`` pipeline over strings or paths (``sb.shards``, ``sb.video.clips``,
 ``Pipeline(paths, expand=...)``). Any other list (plain items, ints, objects) is
-identified by its *count* alone (``shard_names`` returns None).
+identified by its *count* alone (the Source's ``names()`` is None: ``SequenceSource.names``).
 
 Names are stored compactly (``encode_names``): a run of numbered names
 ``train-000000.tar .. train-099999.tar`` (step +1 or -1, same zero padding) is one entry
@@ -59,26 +59,14 @@ def shard_name(item: Any) -> str | None:
     return item.rstrip("/").rsplit("/", 1)[-1]
 
 
-# ``pipe`` is a ``streambuf.Pipeline`` (not imported: this module stays a leaf)
-def _names(pipe: Any) -> list[str] | None:
-    if pipe._mix is not None or not pipe._is_seq:
-        return None
-    if pipe._reader is None and pipe._expand is None:
-        return None  # plain items: each item is a sample, not a shard reference
-    source: Any = pipe._source
-    if len(source) and shard_name(source[0]) is None:
-        return None
-    names = [shard_name(x) for x in source]
-    return None if any(n is None for n in names) else names  # type: ignore[return-value]
-
-
 def state_names(pipe: Any) -> list[Any] | None:
-    """The encoded names of ``pipe``'s shards (None: identified by count), computed once
-    per pipeline object; callers must not modify the list."""
+    """The encoded names of ``pipe``'s shards (None: identified by count; its Source
+    says, ``streambuf._contracts.Source.names``), computed once per pipeline object;
+    callers must not modify the list."""
     try:
         return _CACHE[pipe]
     except KeyError:
-        names = _names(pipe)
+        names = pipe._src.names()
         out = encode_names(names) if names is not None else None
         _CACHE[pipe] = out
         return out

@@ -18,7 +18,7 @@ from it (the same slot of the same layout: identical remainder); ``progress=`` (
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._ledger import Ledger, Rec
@@ -75,11 +75,11 @@ class Iteration:
 
     # -- building one pass --------------------------------------------------------------
     def _open_source(self, env: Env, resume: dict[str, Any] | None) -> Iterator[Rec]:
-        """The pipeline's source (``pipe._src``: a ``streambuf._source.SequenceSource``,
-        ``IterableSource`` or a mix's ``MixSpec``), opened for this slot and pass."""
+        """The pipeline's source (``pipe._src``: a ``streambuf._contracts.Source``),
+        opened for this slot and pass."""
         pipe = self.pipe
         src = pipe._src.open(
-            pipe,
+            pipe._sharding,
             self.ctx,
             ledger=self.ledger,
             stage_bytes=self.stage_bytes,
@@ -88,17 +88,16 @@ class Iteration:
         )
         self._source = src
         env.partial = src.partial
-        if pipe._equalize is not None:
-            return _within_declared(
-                iter(src), pipe.sizes(), src.access, pipe._source, pipe._equalize
-            )
+        mode = pipe._sharding.equalize
+        if mode is not None:
+            return _within_declared(iter(src), pipe.sizes(), src.access, pipe._src.label, mode)
         return iter(src)
 
     def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
         ctx = self.ctx
         env = Env(
             ledger=self.ledger,
-            base_seed=self.pipe._seed,
+            base_seed=self.pipe.seed,
             seed_parts=(ctx.epoch, ctx.rank, ctx.worker, self.pass_index),
             stage_bytes=self.stage_bytes,
         )
@@ -155,7 +154,7 @@ class Iteration:
 
     def _fetch_access(self) -> Any:
         """An access to this slot's shards for fetching (no lanes started)."""
-        return self.pipe._src.access(self.pipe, self.ctx, stage_bytes=self.stage_bytes)
+        return self.pipe._src.access(self.pipe._sharding, self.ctx, stage_bytes=self.stage_bytes)
 
     def refetch(self, positions: list[tuple[int, ...]]) -> dict[tuple[int, ...], Any]:
         """Outputs at ``positions`` made again: their source samples fetched (grouped by
@@ -190,7 +189,7 @@ class Iteration:
 
 
 def _within_declared(
-    it: Iterator[Rec], declared: list[int], access: Any, source: Any, mode: str
+    it: Iterator[Rec], declared: list[int], access: Any, label: Callable[[int], str], mode: str
 ) -> Iterator[Rec]:
     """The source's records, refusing a sample past its shard's declared count: with
     ``equalize`` the batch counts come from ``samples_per_shard``, so an understated
@@ -204,7 +203,7 @@ def _within_declared(
             if index < declared[shard]:
                 yield rec
                 continue
-            name = access.name(shard) if hasattr(access, "name") else repr(source[shard])[:200]
+            name = access.name(shard) if hasattr(access, "name") else label(shard)
             raise ValueError(
                 f"shard {name} has more samples than samples_per_shard declares: "
                 f"{declared[shard]} declared, at least {index + 1} read (sample {index}); "

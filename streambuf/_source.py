@@ -37,15 +37,20 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._access import ExpandAccess, ItemAccess
+from ._counters import PipelineStats
+from ._identity import shard_name
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
 from .buffer import Order
-from .sharding import assign, shard_order
+from .sharding import Assignment, assign
 from .sizing import nbytes
 from .window import Window
+
+if TYPE_CHECKING:
+    from .sharding import Sharding
 
 __all__ = ["Access", "IterableSource", "SequenceSource", "SourceRun"]
 
@@ -300,6 +305,8 @@ def _sizeof_of(sizeof: Callable[[Any], int]) -> Callable[[Any], int]:
 
 
 # -- the source kinds of a Pipeline: how one slot's stream is opened --------------------
+# (both implement ``streambuf._contracts.Source``; a mix's ``MixSpec`` is the third;
+# ``ctx`` is a ``WorkerContext``, not imported: the contracts name this module's Access)
 @dataclass
 class SequenceSource:
     """A list of shards: items (each a shard of one sample), ``expand``-ed shards, or a
@@ -311,12 +318,62 @@ class SequenceSource:
     expand: Any = None
     reader: Any = None
 
-    def _split(self, pipe: Any, ctx: Any) -> Any:
-        n = len(self.shards)
-        order = shard_order(n, seed=pipe._seed, epoch=ctx.epoch, shuffle=pipe._shuffle_shards)
-        return assign(n, order, ctx.slot, ctx.slots)
+    state_kind = "lanes"
 
-    def _access(self, ctx: Any, split: Any, stage_bytes: int | None) -> tuple[Any, dict[str, Any]]:
+    @property
+    def buffers(self) -> bool:
+        return self.reader is not None  # items and expand= are read inline
+
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    def names(self) -> list[str] | None:
+        """Names when the items are shard references (a reader's or ``expand``'s paths
+        or URLs); plain items are samples, identified by count."""
+        if self.reader is None and self.expand is None:
+            return None
+        if len(self.shards) and shard_name(self.shards[0]) is None:
+            return None
+        names = [shard_name(x) for x in self.shards]
+        return None if any(n is None for n in names) else names  # type: ignore[return-value]
+
+    def fingerprint(self) -> str:
+        return ""  # the shard list is checked by identity (streambuf._identity)
+
+    def lanes(self) -> tuple[int, str] | None:
+        """Items and ``expand``: one inline lane; a reader says its own (``lanes()``:
+        ``shards()``'s ``lanes``/``order``, ``video.clips()``'s threads), or None."""
+        if self.reader is None:
+            return 1, "round_robin"
+        lanes = getattr(self.reader, "lanes", None)
+        return lanes() if callable(lanes) else None
+
+    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
+        return bool(self._split(sharding, epoch, slot, slots).shards)
+
+    def elastic_refusal(self) -> str | None:
+        return None
+
+    def sizes(self) -> list[int] | None:
+        if self.reader is None and self.expand is None:
+            return [1] * len(self.shards)
+        return None
+
+    def label(self, shard: int) -> str:
+        return repr(self.shards[shard])[:200]
+
+    def stats(self) -> PipelineStats:
+        """A reader's counters (``shards()``, ``video.clips()``: its ``stats()``)."""
+        counted = getattr(self.reader, "stats", None)
+        return counted() if callable(counted) else PipelineStats()
+
+    def _split(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> Assignment:
+        n = len(self.shards)
+        return assign(n, sharding.order(n, epoch), slot, slots)
+
+    def _access(
+        self, ctx: Any, split: Assignment, stage_bytes: int | None
+    ) -> tuple[Any, dict[str, Any]]:
         if self.reader is not None:
             run = self.reader.open(
                 self.shards,
@@ -339,7 +396,7 @@ class SequenceSource:
 
     def open(
         self,
-        pipe: Any,
+        sharding: Sharding,
         ctx: Any,
         *,
         ledger: Ledger,
@@ -347,7 +404,7 @@ class SequenceSource:
         resume: dict[str, Any] | None,
         progress: Any,
     ) -> SourceRun:
-        split = self._split(pipe, ctx)
+        split = self._split(sharding, ctx.epoch, ctx.slot, ctx.slots)
         access, lanes = self._access(ctx, split, stage_bytes)
         return SourceRun(
             access,
@@ -361,8 +418,9 @@ class SequenceSource:
             **lanes,
         )
 
-    def access(self, pipe: Any, ctx: Any, *, stage_bytes: int | None) -> Any:
-        return self._access(ctx, self._split(pipe, ctx), stage_bytes)[0]
+    def access(self, sharding: Sharding, ctx: Any, *, stage_bytes: int | None) -> Any:
+        split = self._split(sharding, ctx.epoch, ctx.slot, ctx.slots)
+        return self._access(ctx, split, stage_bytes)[0]
 
 
 @dataclass
@@ -372,9 +430,39 @@ class IterableSource:
 
     items: Iterable[Any]
 
+    state_kind = "none"
+    buffers = False
+
+    def num_shards(self) -> None:
+        return None
+
+    def names(self) -> None:
+        return None
+
+    def fingerprint(self) -> str:
+        return ""
+
+    def lanes(self) -> None:
+        return None
+
+    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
+        return True  # its length is not known
+
+    def elastic_refusal(self) -> str:
+        return "a pipeline over a one-shot iterable cannot be resumed"
+
+    def sizes(self) -> None:
+        return None
+
+    def label(self, shard: int) -> str:
+        return f"item {shard}"
+
+    def stats(self) -> PipelineStats:
+        return PipelineStats()
+
     def open(
         self,
-        pipe: Any,
+        sharding: Sharding,
         ctx: Any,
         *,
         ledger: Ledger,
@@ -383,10 +471,10 @@ class IterableSource:
         progress: Any,
     ) -> _OneShot:
         if resume is not None or progress is not None:
-            raise ValueError("a pipeline over a one-shot iterable cannot be resumed")
+            raise ValueError(self.elastic_refusal())
         return _OneShot(self.items, ctx.slot, ctx.slots)
 
-    def access(self, pipe: Any, ctx: Any, *, stage_bytes: int | None) -> Any:
+    def access(self, sharding: Sharding, ctx: Any, *, stage_bytes: int | None) -> Any:
         raise ValueError("a pipeline over a one-shot iterable cannot fetch samples back")
 
 

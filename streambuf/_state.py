@@ -67,11 +67,13 @@ KIND = "streambuf.state"
 
 def shape(pipe: PipelineView) -> str:
     """What must not change between save and load (the state's ``fingerprint``): shard
-    shuffling, equalize, the stages and a mix's sources. The shard list is checked on
-    its own, by identity (``streambuf._identity``), so that it may be reordered."""
+    shuffling, equalize, the stages and what the Source adds (a mix's sources). The shard
+    list is checked on its own, by identity (``streambuf._identity``), so that it may be
+    reordered."""
     stages = ",".join(_stage_id(s) for s in pipe._stages)
-    mixed = pipe._mix.fingerprint() if pipe._mix is not None else ""
-    return f"{int(pipe._shuffle_shards)}|{pipe._equalize}|{stages}{mixed}"
+    source = pipe._src.fingerprint()  # "" for a list of shards; a mix: its sources'
+    sharding = pipe._sharding
+    return f"{int(sharding.shuffle_shards)}|{sharding.equalize}|{stages}{source}"
 
 
 def _stage_id(stage: Any) -> str:
@@ -114,14 +116,10 @@ _HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
 
 
 def _slot_has_data(pipe: PipelineView, epoch: int, slot: int, slots: int) -> bool:
-    if pipe._mix is not None:
-        return True  # its sources' shares: known only by running them
     known = _HAS_DATA.setdefault(pipe, {})
     key = (epoch, slot, slots)
     if key not in known:  # a state is taken per batch: compute the order once per epoch
-        n = pipe.num_shards() or 0
-        order = shard_order(n, seed=pipe.seed, epoch=epoch, shuffle=pipe._shuffle_shards)
-        known[key] = bool(assign(n, order, slot, slots).shards)
+        known[key] = pipe._src.has_data(pipe._sharding, epoch, slot, slots)
     return known[key]
 
 
@@ -199,7 +197,7 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
         )
     if state.get("version") != VERSION:
         raise ValueError(f"state version {state.get('version')!r}; this streambuf reads {VERSION}")
-    validate(state, stage_keys=stage_keys(pipe), mix=pipe._mix is not None, path=path)
+    validate(state, stage_keys=stage_keys(pipe), mix=pipe._src.state_kind == "mix", path=path)
     if state["seed"] != pipe.seed:
         raise ValueError(
             f"this state was saved by a pipeline with seed={state['seed']}, this one has "
@@ -319,30 +317,13 @@ def worker_plan(
                 states[0]["layout"], rank, world_size, num_workers, mapping, lanes_changed
             )
         )
-    if pipe._mix is not None:
-        raise ValueError(
-            "a mix() pipeline resumes only at the layout it was saved at (same world size "
-            "and num_workers)"
-        )
+    refused = pipe._src.elastic_refusal()
+    if refused is not None:
+        raise ValueError(refused)
     progress = Progress.of_states(pipe, states)
     if mapping is not None:
         progress = progress.remapped(mapping)
     return plan["epoch"], "elastic", None, progress, 0
-
-
-def _source_lanes(pipe: PipelineView) -> tuple[int, str] | None:
-    """(lanes, order) the pipeline's source reads a slot's shards with (before the cap
-    at the slot's shard count), or None when the reader does not say."""
-    reader = pipe._reader
-    if reader is None:
-        return 1, "round_robin"  # items and expand=: one inline lane
-    options = getattr(reader, "options", None)  # shards(): ShardOptions
-    if options is not None and hasattr(options, "lanes"):
-        return int(options.lanes), str(options.order)
-    threads = getattr(reader, "threads", None)  # video.clips(): one lane per thread
-    if isinstance(threads, int):
-        return max(1, threads), "round_robin"
-    return None
 
 
 def _lanes_changed(pipe: PipelineView, state: dict[str, Any]) -> str | None:
@@ -350,9 +331,7 @@ def _lanes_changed(pipe: PipelineView, state: dict[str, Any]) -> str | None:
     ``lanes=`` or ``order=`` than saved), or None when they fit (or cannot be known: a
     mix, a reader that does not say). An exact resume restores each lane's cursor, so
     it needs the same lanes; a changed one resumes elastically (docs/design.md)."""
-    if pipe._mix is not None:
-        return None
-    now = _source_lanes(pipe)
+    now = pipe._src.lanes()
     if now is None:
         return None
     lanes, order = now
@@ -361,7 +340,7 @@ def _lanes_changed(pipe: PipelineView, state: dict[str, Any]) -> str | None:
     slots = layout["world_size"] * workers
     n = state["shards"]
     shard_list = shard_order(
-        n, seed=state["seed"], epoch=state["epoch"], shuffle=pipe._shuffle_shards
+        n, seed=state["seed"], epoch=state["epoch"], shuffle=pipe._sharding.shuffle_shards
     )
     for w, snap in enumerate(state["workers"]):
         cursor = snap.get("source") if snap is not None else None

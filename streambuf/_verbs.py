@@ -25,7 +25,7 @@ class SampleVerbs:
     """Mixed into ``Pipeline``; see the module docstring."""
 
     if TYPE_CHECKING:
-        _reader: Any
+        _src: Any
 
         def map(self, fn: Callable[[Any], Any], /, *, threads: int = 1) -> Self: ...
 
@@ -64,7 +64,7 @@ class SampleVerbs:
         from .wds.decoders import Decoder
 
         if max_sample_bytes is None:
-            options = getattr(self._reader, "options", None)
+            options = getattr(getattr(self._src, "reader", None), "options", None)
             max_sample_bytes = getattr(options, "max_sample_bytes", None)
         fn = Decoder(
             *specs,

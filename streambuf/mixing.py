@@ -20,21 +20,22 @@ those not exhausted) and takes that pipeline's next sample. Stages after it (``s
   the source's stages). Exact resume only (the same layout).
 * **Errors** from a source keep their type, with a note naming the source.
 
-``mix_stats(pipe)`` gives the samples taken from each source and its restarts, summed
-over every worker that ran the pipeline.
+``pipe.stats().mix`` (or ``mix_stats(pipe)``) gives the samples taken from each source
+and its restarts, summed over every worker that ran the pipeline; ``pipe.stats().sources``
+what each source counts.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._counters import PipelineStats, SharedCounters
 from ._ledger import Ledger, Rec
 from ._units import check_choice, check_int, check_weight
 from .errors import add_note
-from .sharding import hash_seed
+from .sharding import Sharding, hash_seed
 
 if TYPE_CHECKING:
     from ._contracts import WorkerContext
@@ -45,7 +46,6 @@ __all__ = ["MixStats", "mix", "mix_stats"]
 
 Stop = Literal["all_exhausted", "first_exhausted", "never"]
 _M64 = (1 << 64) - 1
-_SLOTS = 64
 
 
 def _uniform(seed: int, counter: int) -> float:
@@ -67,54 +67,76 @@ class MixStats:
         total = sum(self.taken) or 1
         return tuple(t / total for t in self.taken)
 
+    @classmethod
+    def of(cls, totals: dict[str, int], sources: int) -> MixStats:
+        """From the totals of ``mix_counters(sources)``."""
+        return cls(
+            tuple(totals[f"taken/{k}"] for k in range(sources)),
+            tuple(totals[f"restarts/{k}"] for k in range(sources)),
+        )
 
-class _Counters:
-    """Per worker slot and source, in shared memory (see ``ShardCounters``)."""
 
-    def __init__(self, sources: int) -> None:
-        self.sources = sources
-        self._raw: Any = multiprocessing.RawArray("q", _SLOTS * sources * 2)
-
-    def add(self, worker: int, k: int, taken: int = 0, restarts: int = 0) -> None:
-        base = ((worker % _SLOTS) * self.sources + k) * 2
-        self._raw[base] += taken
-        self._raw[base + 1] += restarts
-
-    def snapshot(self) -> MixStats:
-        n = self.sources
-        taken = [sum(self._raw[(s * n + k) * 2] for s in range(_SLOTS)) for k in range(n)]
-        rest = [sum(self._raw[(s * n + k) * 2 + 1] for s in range(_SLOTS)) for k in range(n)]
-        return MixStats(tuple(taken), tuple(rest))
-
-    def __getstate__(self) -> dict[str, Any]:
-        from multiprocessing import context
-
-        if context.get_spawning_popen() is not None:
-            return {"sources": self.sources, "raw": self._raw}
-        return {"sources": self.sources, "raw": list(self._raw)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.sources, self._raw = state["sources"], state["raw"]
+def mix_counters(sources: int) -> SharedCounters:
+    """The counters of a mix: samples taken from each source and its restarts."""
+    return SharedCounters(
+        [f"taken/{k}" for k in range(sources)] + [f"restarts/{k}" for k in range(sources)]
+    )
 
 
 @dataclass(frozen=True)
 class MixSpec:
-    """What ``mix`` was given (picklable; held by the mixed pipeline)."""
+    """What ``mix`` was given (picklable): the mixed pipeline's Source (the protocol
+    ``streambuf._contracts.Source``). Its shards are its sources (a sample's position
+    starts with the source's index); its sources resume only as saved."""
 
     pipelines: tuple[Pipeline, ...]
     weights: tuple[float, ...]
     seed: int
     stop: Stop
-    counters: _Counters
+    counters: SharedCounters = field(compare=False)
+
+    state_kind = "mix"
+    buffers = True  # each source's lanes and stages: a share of the stage grant
+
+    def num_shards(self) -> int:
+        return len(self.pipelines)
+
+    def names(self) -> None:
+        return None  # identified by count; the sources' own lists are in fingerprint()
 
     def fingerprint(self) -> str:
         from ._state import fingerprint
 
         return f"mix[{self.stop};{','.join(fingerprint(p) for p in self.pipelines)}]"
 
+    def lanes(self) -> None:
+        return None  # each source's own, inside its snapshot
+
+    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
+        return True  # its sources' shares: known only by running them
+
+    def elastic_refusal(self) -> str:
+        return (
+            "a mix() pipeline resumes only at the layout it was saved at (same world size "
+            "and num_workers)"
+        )
+
+    def sizes(self) -> None:
+        return None
+
+    def label(self, shard: int) -> str:
+        return f"mixed source {shard} ({self.pipelines[shard]!r})"
+
+    def stats(self) -> PipelineStats:
+        """Its draws, and what each source counts."""
+        return PipelineStats(
+            mix=MixStats.of(self.counters.totals(), len(self.pipelines)),
+            sources=tuple(p.stats() for p in self.pipelines),
+        )
+
     def open(
         self,
-        pipe: Any,
+        sharding: Sharding,
         ctx: WorkerContext,
         *,
         ledger: Ledger,
@@ -133,7 +155,7 @@ class MixSpec:
             pending=resume["pending"] if resume else None,
         )
 
-    def access(self, pipe: Any, ctx: WorkerContext, *, stage_bytes: int | None) -> Any:
+    def access(self, sharding: Sharding, ctx: WorkerContext, *, stage_bytes: int | None) -> Any:
         raise ValueError(
             "a mixed pipeline cannot fetch one sample back by position; mix() takes "
             "plain pipelines as sources (pass every source to one mix())"
@@ -193,7 +215,7 @@ class MixRun:
         try:
             rec = next(self._iters[k], None)
         except Exception as exc:
-            add_note(exc, f"streambuf: raised in mixed source {k} ({self.spec.pipelines[k]!r})")
+            add_note(exc, f"streambuf: raised in {self.spec.label(k)}")
             raise
         if rec is None:
             return None
@@ -204,7 +226,7 @@ class MixRun:
             self.subs[k].ledger.settle_all(rec)
             self.counter += 1
             self._taken_pass[k] += 1
-        self.spec.counters.add(self.ctx.worker, k, taken=1)
+        self.spec.counters.add(self.ctx.worker, {f"taken/{k}": 1})
         return out
 
     def _replay(self) -> Iterator[Rec]:
@@ -240,7 +262,7 @@ class MixRun:
                 if self.spec.stop == "never" and self._taken_pass[k] > 0:
                     self.restarts[k] += 1
                     self._taken_pass[k] = 0
-                    self.spec.counters.add(self.ctx.worker, k, restarts=1)
+                    self.spec.counters.add(self.ctx.worker, {f"restarts/{k}": 1})
                     self.subs[k] = self._open(k, None)
                     self._iters[k] = self.subs[k].records(settle=False)
                 else:  # exhausted (a source with nothing for this slot never restarts)
@@ -317,7 +339,7 @@ def mix(
             raise TypeError(f"mix(): source {i} is a {type(p).__name__}, not a streambuf.Pipeline")
         if any(isinstance(s, Batch) for s in p._stages):
             raise ValueError(f"mix(): source {i} is batched; mix samples, then .batch() the mix")
-        if p._mix is not None:
+        if isinstance(p._src, MixSpec):
             raise ValueError(
                 f"mix(): source {i} is itself a mix, whose samples cannot be made again "
                 "one at a time from their positions (a mix does, on resume); pass all "
@@ -329,7 +351,7 @@ def mix(
                 f"mix(): source {i} has the stage {held[0]!r}, which cannot make one sample "
                 "again from its position (a mix does, on resume); compose it after mix()"
             )
-        if p._equalize is not None:
+        if p._sharding.equalize is not None:
             raise ValueError(
                 f"mix(): source {i} has equalize=; equalize the mixed pipeline's ranks by steps instead"
             )
@@ -348,17 +370,16 @@ def mix(
         tuple(x / sum(w) for x in w),
         check_int(seed, name="seed", minimum=-(1 << 63)),
         stop,
-        _Counters(len(pipelines)),
+        mix_counters(len(pipelines)),
     )
-    pipe = Pipeline(list(range(len(pipelines))), seed=spec.seed)
-    pipe._mix = spec
-    pipe._src = spec
-    return pipe
+    return Pipeline._of(spec, Sharding(seed=spec.seed))
 
 
 def mix_stats(pipeline: Pipeline, /) -> MixStats:
-    """Samples taken from each source of a ``mix`` pipeline (all its workers), restarts."""
-    spec = getattr(pipeline, "_mix", None)
-    if spec is None:
+    """Samples taken from each source of a ``mix`` pipeline (all its workers), restarts:
+    ``pipeline.stats().mix``."""
+    stats = getattr(pipeline, "stats", None)
+    mixed = stats().mix if callable(stats) else None
+    if mixed is None:
         raise TypeError("mix_stats() needs a pipeline built by streambuf.mix()")
-    return spec.counters.snapshot()
+    return mixed

@@ -27,20 +27,15 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from . import _state
-from ._contracts import SourceReader, WorkerContext
+from ._contracts import Source, SourceReader, WorkerContext
+from ._counters import PipelineStats
 from ._iteration import Iteration
 from ._shared import SharedInt
 from ._source import IterableSource, SequenceSource
-from ._units import check_bool, check_choice, check_int
+from ._units import check_int
 from ._verbs import SampleVerbs
 from .compose import Stage as UserStage
-from .sharding import (
-    Equalize,
-    current_rank_world,
-    current_worker,
-    equal_batch_counts,
-    shard_order,
-)
+from .sharding import Equalize, Sharding, current_rank_world, current_worker, equal_batch_counts
 from .stages import Batch, Filter, Flatten, Map, Prefetch, Shuffle, Stage
 
 __all__ = ["Pipeline"]
@@ -80,57 +75,43 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         world_size: int | None = None,
     ) -> None:
         super().__init__()
-        check_choice(equalize, name="equalize", choices=(None, "drop", "pad"))
-        if (rank is None) != (world_size is None):
-            raise ValueError("give both rank= and world_size=, or neither")
-        if rank is not None and world_size is not None:
-            check_int(world_size, name="world_size", minimum=1)
-            check_int(rank, name="rank", maximum=world_size - 1)
+        sharding = Sharding.pick(locals())
         if expand is not None and reader is not None:
             raise ValueError("give expand= or reader=, not both")
         if expand is not None and not callable(expand):
             raise TypeError(f"expand={expand!r} must be callable")
         if isinstance(source, str | bytes):
             raise TypeError("source must be a sequence of shards, not one string; wrap it in [...]")
-        self._source = source
-        self._is_seq = isinstance(source, Sequence)
-        # what Iteration opens: the one Source protocol (mix() puts its MixSpec here)
-        self._src: Any = (
-            SequenceSource(source, expand, reader)  # type: ignore[arg-type]
-            if self._is_seq
+        src: Source = (
+            SequenceSource(source, expand, reader)
+            if isinstance(source, Sequence)
             else IterableSource(source)
         )
-        self._expand = expand
-        self._reader = reader
-        self._shuffle_shards = check_bool(shuffle_shards, name="shuffle_shards")
-        self._seed = check_int(seed, name="seed", minimum=-(1 << 63))
-        if samples_per_shard is not None:
-            if not isinstance(samples_per_shard, int | Sequence) or isinstance(
-                samples_per_shard, str | bytes
-            ):
-                raise TypeError(
-                    f"samples_per_shard={samples_per_shard!r} must be an int or one int per shard"
-                )
-            counts = (
-                [samples_per_shard] if isinstance(samples_per_shard, int) else samples_per_shard
-            )
-            for c in counts:
-                check_int(c, name="samples_per_shard")
-        self._samples_per_shard = samples_per_shard
-        self._equalize = equalize
-        if equalize is not None:  # here, not in a worker at the first batch
-            if not self._is_seq:
+        self._setup(src, sharding)
+
+    @classmethod
+    def _of(cls, src: Source, sharding: Sharding) -> Pipeline:
+        """A pipeline over a Source built by a factory (``shards()``, ``video.clips()``,
+        ``mix()``) with the ``Sharding`` it built from its own keyword arguments."""
+        pipe = cls.__new__(cls)
+        IterableDataset.__init__(pipe)
+        pipe._setup(src, sharding)
+        return pipe
+
+    def _setup(self, src: Source, sharding: Sharding) -> None:
+        # what Iteration opens (the one Source protocol, streambuf._contracts.Source) and
+        # who reads what of it: all a pipeline holds besides its stages
+        self._src = src
+        self._sharding = sharding
+        if sharding.equalize is not None:  # here, not in a worker at the first batch
+            if src.num_shards() is None:
                 raise ValueError(
-                    f"equalize={equalize!r} needs a sequence source (its length must be "
-                    "known); pass a list of shards"
+                    f"equalize={sharding.equalize!r} needs a sequence source (its length must "
+                    "be known); pass a list of shards"
                 )
             self.sizes()  # samples_per_shard: given, and one count per shard
-        self._rank_world: tuple[int, int] | None = (
-            None if rank is None or world_size is None else (rank, world_size)
-        )
         self._stages: tuple[Stage, ...] = ()
         self._epoch = SharedInt(0)
-        self._mix: Any = None  # a streambuf.mixing.MixSpec when built by mix()
         self._current: Iteration | None = None  # the in-process iteration (state_dict)
         self._resume: dict[str, Any] | None = None  # loaded, for the next iteration
 
@@ -229,19 +210,16 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         return self._with(Prefetch(max_items, max_bytes))
 
     def _has_stage_buffers(self) -> bool:
-        """True if a stage holds items ahead (threaded map, prefetch) or a reader is used."""
-        return (
-            self._reader is not None
-            or self._mix is not None
-            or any(s.buffers for s in self._stages)
-        )
+        """True if a stage holds items ahead (threaded map, prefetch) or the source does
+        (a reader's lanes, a mix's sources)."""
+        return self._src.buffers or any(s.buffers for s in self._stages)
 
     def _per_stage_bytes(self, stage_bytes: int | None) -> int | None:
         """A Loader's stage grant split evenly among the stages that hold items ahead
-        (threaded maps without their own max_bytes, and the shard reader)."""
+        (threaded maps without their own max_bytes, and the source's lanes)."""
         if stage_bytes is None:
             return None
-        n = (self._reader is not None or self._mix is not None) + sum(
+        n = self._src.buffers + sum(
             1 for s in self._stages if isinstance(s, Map) and s.buffers and s.max_bytes is None
         )
         return max(1, stage_bytes // max(1, n))
@@ -264,34 +242,43 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
 
     @property
     def seed(self) -> int:
-        return self._seed
+        return self._sharding.seed
 
     @property
     def rank_world(self) -> tuple[int, int] | None:
         """The ``(rank, world_size)`` given to the constructor, or None: then they are
         read from ``torch.distributed`` each time an iteration starts."""
-        return self._rank_world
+        return self._sharding.rank_world
 
     def num_shards(self) -> int | None:
         """Shards in the source (None for a one-shot iterable)."""
-        return len(self._source) if self._is_seq else None  # type: ignore[arg-type]
+        return self._src.num_shards()
+
+    def stats(self) -> PipelineStats:
+        """Everything this pipeline counts, summed over every worker that ran it (or any
+        fluent descendant) since it was built: ``shards`` (``shards()``: shard reads,
+        samples, I/O, cache), ``videos`` (``video.clips()``), ``mix`` (``mix()``: samples
+        taken per source, restarts) and a mix's ``sources``; ``as_dict(flat=True)`` for
+        loggers."""
+        return self._src.stats()
 
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:
         """The context this copy runs in now (rank/world, worker, epoch, seed)."""
-        rank, world = self._rank_world or current_rank_world()
+        rank, world = self.rank_world or current_rank_world()
         worker, nworkers = current_worker()
-        return WorkerContext(rank, world, worker, nworkers, self._epoch.value, self._seed)
+        return WorkerContext(rank, world, worker, nworkers, self._epoch.value, self.seed)
 
     def sizes(self) -> list[int]:
         """Samples per shard (from ``samples_per_shard``; 1 each for plain items)."""
-        n = len(self._source)  # type: ignore[arg-type]
-        if self._expand is None and self._reader is None:
-            return [1] * n
-        sps = self._samples_per_shard
+        known = self._src.sizes()
+        if known is not None:
+            return known
+        n = self._src.num_shards() or 0
+        sps = self._sharding.samples_per_shard
         if sps is None:
             raise ValueError(
-                f"equalize={self._equalize!r} needs the number of samples per shard: pass "
+                f"equalize={self._sharding.equalize!r} needs the number of samples per shard: pass "
                 "samples_per_shard= (an int, or one count per shard)"
             )
         if isinstance(sps, int):
@@ -308,16 +295,16 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
     ) -> list[list[int]] | None:
         """With ``equalize``: batches per [rank][worker] for ``epoch`` (of what is left,
         given an elastic resume's ``progress``); else None."""
-        if self._equalize is None:
+        mode = self._sharding.equalize
+        if mode is None:
             return None
         batch = [s for s in self._stages if isinstance(s, Batch)]
         if not batch:
             raise ValueError("equalize counts batches: add a .batch(n) stage")
-        if not self._is_seq:
+        if self._src.num_shards() is None:
             raise ValueError("equalize needs a sequence source (its length must be known)")
         sizes = self.sizes()
-        n = len(sizes)
-        order = shard_order(n, seed=self._seed, epoch=epoch, shuffle=self._shuffle_shards)
+        order = self._sharding.order(len(sizes), epoch)
         return equal_batch_counts(
             sizes,
             order,
@@ -325,7 +312,7 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
             num_workers=num_workers,
             batch_size=batch[0].n,
             drop_last=batch[0].drop_last,
-            mode=self._equalize,
+            mode=mode,
             progress=progress,
         )
 
@@ -362,5 +349,5 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
 
     def __repr__(self) -> str:
         stages = "".join(f".{s.name}" for s in self._stages)
-        n = len(self._source) if self._is_seq else "?"  # type: ignore[arg-type]
-        return f"Pipeline(<{n} shards>){stages}"
+        n = self._src.num_shards()
+        return f"Pipeline(<{'?' if n is None else n} shards>){stages}"

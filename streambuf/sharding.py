@@ -15,19 +15,26 @@ world_size * num_workers``. Rules (each checked by tests; docs/design.md invaria
   count is computed up front; ``"drop"`` trims every rank to the smallest rank's count,
   ``"pad"`` tops every rank up to the largest by repeating samples from the start of the
   slot's own stream. Trims and pads are spread over a rank's workers deterministically.
+
+``Sharding`` is the one definition of the sharding arguments that ``Pipeline``,
+``shards()`` and ``video.clips()`` take (shard shuffling, seed, samples per shard,
+equalize, rank, world size), validated once when it is built.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
+
+from ._units import check_bool, check_choice, check_int
 
 __all__ = [
     "Assignment",
     "Equalize",
+    "Sharding",
     "assign",
     "current_rank_world",
     "current_worker",
@@ -52,6 +59,72 @@ class Assignment:
         if progress is None:
             return sum(len(range(self.offset, sizes[i], self.stride)) for i in self.shards)
         return sum(progress.remaining(i, sizes[i], self.stride, self.offset) for i in self.shards)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Who reads what, as given to ``Pipeline`` (whose keyword arguments these fields
+    are), ``shards()`` or ``video.clips()``; checked here, once, when it is built.
+
+    Attributes:
+        shuffle_shards: permute the shard order each epoch, seeded by (seed, epoch).
+        seed: the base seed of the shard order and the shuffle stages.
+        samples_per_shard: sample count of each shard (an int for all, or one per
+            shard; kept as a tuple), for ``equalize``.
+        equalize: None, ``"drop"`` or ``"pad"``: the same batch count on every rank.
+        rank, world_size: both or neither; None: read from ``torch.distributed`` when an
+            iteration starts.
+        arg_names: how the entry point names a field in its error messages
+            (``video.clips()``: ``shuffle_videos``, ``clips_per_video``); not compared.
+    """
+
+    shuffle_shards: bool = False
+    seed: int = 0
+    samples_per_shard: int | tuple[int, ...] | None = None
+    equalize: Equalize | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    arg_names: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        def name(f: str) -> str:
+            return self.arg_names.get(f, f)
+
+        check_choice(self.equalize, name=name("equalize"), choices=(None, "drop", "pad"))
+        if (self.rank is None) != (self.world_size is None):
+            raise ValueError(f"give both {name('rank')}= and {name('world_size')}=, or neither")
+        if self.rank is not None and self.world_size is not None:
+            check_int(self.world_size, name=name("world_size"), minimum=1)
+            check_int(self.rank, name=name("rank"), maximum=self.world_size - 1)
+        check_bool(self.shuffle_shards, name=name("shuffle_shards"))
+        check_int(self.seed, name=name("seed"), minimum=-(1 << 63))
+        sps = self.samples_per_shard
+        if sps is not None:
+            what = name("samples_per_shard")
+            if not isinstance(sps, int | Sequence) or isinstance(sps, str | bytes):
+                raise TypeError(f"{what}={sps!r} must be an int or one int per shard")
+            for c in [sps] if isinstance(sps, int) else sps:
+                check_int(c, name=what)
+            if not isinstance(sps, int):
+                object.__setattr__(self, "samples_per_shard", tuple(sps))
+
+    @classmethod
+    def pick(cls, kwargs: Mapping[str, Any], **arg_names: str) -> Sharding:
+        """Build from the entries of ``kwargs`` that are fields (an entry point's
+        ``locals()``; others are ignored)."""
+        names = {f.name for f in fields(cls)} - {"arg_names"}
+        return cls(**{k: v for k, v in kwargs.items() if k in names}, arg_names=arg_names)
+
+    @property
+    def rank_world(self) -> tuple[int, int] | None:
+        """``(rank, world_size)`` as given, or None (read from ``torch.distributed``)."""
+        if self.rank is None or self.world_size is None:
+            return None
+        return self.rank, self.world_size
+
+    def order(self, n_shards: int, epoch: int) -> list[int]:
+        """The shard order of ``epoch`` (``shard_order`` with this seed and shuffling)."""
+        return shard_order(n_shards, seed=self.seed, epoch=epoch, shuffle=self.shuffle_shards)
 
 
 def current_rank_world() -> tuple[int, int]:

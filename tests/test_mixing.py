@@ -55,6 +55,25 @@ def test_never_restarts_and_counts_them():
     assert sum(stats.taken) in (200, 201)  # the last output looks one sample ahead
     assert all(r >= 1 for r in stats.restarts)
     assert len(got) == 200
+    everything = pipe.batch(2).stats()  # the one way: mix_stats(pipe) is its .mix
+    assert everything.mix == stats and len(everything.sources) == 2
+    assert everything.as_dict(flat=True)["mix/taken/0"] == stats.taken[0]
+
+
+def test_stats_of_a_mix_of_shards_has_each_source(tmp_path):
+    from tests.sources.helpers import make_shards
+
+    make_shards(tmp_path / "a", 2, 3)
+    make_shards(tmp_path / "b", 1, 4)
+    a = sb.shards(str(tmp_path / "a" / "*.tar"), lanes=1)
+    b = sb.shards(str(tmp_path / "b" / "*.tar"), lanes=1)
+    pipe = sb.mix([a, b], weights=[1, 1])
+    loader = sb.Loader(pipe.batch(2, collate=list), num_workers=2, max_batches=2, max_bytes="1MiB")
+    assert sum(len(x) for x in loader) == 10
+    stats = pipe.stats()
+    assert stats.mix.taken == (6, 4) and stats.shards is None
+    assert [s.shards.samples for s in stats.sources] == [6, 4]  # counted in the workers
+    assert stats.sources[0].shards == sb.sources.shard_stats(a)
 
 
 def test_first_exhausted_stops_with_the_first_source():
@@ -107,3 +126,15 @@ def test_bad_arguments():
         sb.mix([p.batch(2)], weights=[1])
     with pytest.raises(TypeError, match="Pipeline"):
         sb.mix([[1, 2]], weights=[1])  # type: ignore[list-item]
+
+
+def test_a_state_of_other_mixed_sources_does_not_load():
+    # the mix's Source adds its sources' whole fingerprints (shards, stages) to the state's
+    saved = mixed_pipe(sizes=(8, 4)).batch(4)
+    it = iter(saved)
+    next(it)
+    state = saved.state_dict()
+    mixed_pipe(sizes=(8, 4)).batch(4).load_state_dict(state)  # the same sources: accepted
+    for other in (mixed_pipe(sizes=(8, 5)), mixed_pipe(stop="never")):
+        with pytest.raises(ValueError, match="mixed sources differ"):
+            other.batch(4).load_state_dict(state)

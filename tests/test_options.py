@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import fields
 
 import pytest
 
@@ -115,6 +116,26 @@ def test_stage_counts_reject_bad_values():
         sb.Pipeline([1]).shuffle(-3)
     with pytest.raises(TypeError, match="callable"):
         sb.Pipeline([1]).map(3)  # type: ignore[arg-type]
+
+
+def test_sharding_arguments_are_defined_once(tar):
+    # Pipeline, shards() and video.clips() take the same six sharding arguments (clips
+    # names two of them after videos) and hand one Sharding along
+    from streambuf.sharding import Sharding
+    from streambuf.video import clips
+
+    video = {"shuffle_shards": "shuffle_videos", "samples_per_shard": "clips_per_video"}
+    for entry, names in ((sb.Pipeline, {}), (sb.shards, {}), (clips, video)):
+        params = inspect.signature(entry).parameters
+        for f in fields(Sharding):
+            if f.name != "arg_names":
+                assert names.get(f.name, f.name) in params, f"{entry.__name__} lacks {f.name}"
+    pipe = sb.shards(tar, seed=3, samples_per_shard=[2], equalize="drop", rank=1, world_size=2)
+    want = Sharding(True, 3, (2,), "drop", 1, 2)
+    assert pipe._sharding == want and pipe.map(str)._sharding == want
+    assert sb.Pipeline([1], seed=3).rank_world is None and pipe.rank_world == (1, 2)
+    with pytest.raises(ValueError, match="give both rank= and world_size="):
+        Sharding(rank=0)
 
 
 def test_pipeline_rejects_bad_options():

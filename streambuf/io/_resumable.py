@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .._counters import Counters
 from ..errors import ShardError
 from .urls import redact
 
@@ -50,21 +51,12 @@ class IOStats:
     discarded_bytes: int = 0
 
 
-class IOCounters:
-    """Thread-safe counters shared by streams (e.g. all lanes of one worker)."""
+class IOCounters(Counters[IOStats]):
+    """Thread-safe counters shared by streams (e.g. all lanes of one worker):
+    ``add(opens=1)``, ``snapshot()`` an ``IOStats``."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._c = {"opens": 0, "requests": 0, "retries": 0, "bytes": 0, "discarded_bytes": 0}
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for k, v in deltas.items():
-                self._c[k] += v
-
-    def snapshot(self) -> IOStats:
-        with self._lock:
-            return IOStats(**self._c)
+        super().__init__(IOStats)
 
 
 class _Fault(Exception):

@@ -65,10 +65,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from .._counters import Counters
 from .._units import parse_bytes
 from ._cache_io import (
     EntryFile,
@@ -96,7 +97,7 @@ _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass(frozen=True)
 class CacheStats:
-    """Snapshot of a cache's counters (of one reader, or summed by ``shard_stats``).
+    """Snapshot of a cache's counters (of one reader, or summed in ``pipe.stats().shards``).
 
     Attributes:
         hits: opens served from an entry. misses: opens of a remote shard that were not.
@@ -112,21 +113,6 @@ class CacheStats:
     corrupt: int = 0
     bytes_saved: int = 0
     bytes_written: int = 0
-
-
-class _Counters:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._c = dict.fromkeys((f.name for f in fields(CacheStats)), 0)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for k, v in deltas.items():
-                self._c[k] += v
-
-    def snapshot(self) -> CacheStats:
-        with self._lock:
-            return CacheStats(**self._c)
 
 
 def is_cacheable(url: str) -> bool:
@@ -176,7 +162,7 @@ class ShardCache:
         self._endpoint = _endpoint(storage_options)
         self._secrets = secrets
         self._keep = frozenset(self.key(u) for u in keep)
-        self.counters = _Counters()
+        self.counters = Counters(CacheStats)
         self._warned: set[str] = set()
 
     # -- naming -----------------------------------------------------------------------

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from .lanes import ShardStream, SourceStats, stream_shards
 from .options import ShardOptions
-from .pipe import ShardCounters, ShardTotals, TarReader, shard_stats, shards
+from .pipe import ShardTotals, TarReader, shard_stats, shards
 from .tar import iter_tar_records, iter_tar_samples
 
 __all__ = [
-    "ShardCounters",
     "ShardOptions",
     "ShardStream",
     "ShardTotals",

@@ -21,7 +21,7 @@
 * ``close()`` aborts every in-flight read (lanes then stop at once).
 
 Counters (shards done/skipped, I/O, cache) are this access's, published to the
-pipeline's ``ShardCounters`` by ``publish``.
+pipeline's ``SharedCounters`` by ``publish``.
 """
 
 from __future__ import annotations

@@ -24,21 +24,21 @@ Invariants:
 * **Picklable.** ``TarReader`` holds configuration only; threads, semaphores and buffers
   are built inside each call (each worker).
 
-Counters: ``shard_stats(pipe)`` returns a ``ShardTotals`` summed over every worker that
-read for this pipeline, published while reading and when a worker's read ends. They live
-in shared memory, one slot per DataLoader worker id, each written by one process only.
+Counters: ``pipe.stats().shards`` (or ``shard_stats(pipe)``) is a ``ShardTotals`` summed
+over every worker that read for this pipeline, published while reading and when a
+worker's read ends (``streambuf._counters.SharedCounters``).
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from .._counters import PipelineStats, SharedCounters
 from .._failures import OnError
 from ..buffer import Order
 from ..io.cache import CacheStats
@@ -52,14 +52,13 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
     from ..sharding import Equalize
 
-__all__ = ["ShardCounters", "ShardTotals", "TarReader", "shard_stats", "shards"]
+__all__ = ["ShardTotals", "TarReader", "shard_stats", "shards"]
 
 log = logging.getLogger("streambuf")
 
 _IO = tuple(f.name for f in fields(IOStats))
 _CACHE = tuple(f.name for f in fields(CacheStats))
 _FIELDS = ("shards_done", "shards_skipped", "samples", *_IO, *(f"cache_{n}" for n in _CACHE))
-_SLOTS = 64
 
 
 @dataclass(frozen=True)
@@ -82,73 +81,53 @@ class ShardTotals:
     io: IOStats
     cache: CacheStats = field(default_factory=CacheStats)
 
+    @classmethod
+    def of(cls, totals: Mapping[str, int]) -> ShardTotals:
+        """From the totals of a ``SharedCounters`` over ``_FIELDS``."""
+        return cls(
+            totals["shards_done"],
+            totals["shards_skipped"],
+            totals["samples"],
+            IOStats(**{n: totals[n] for n in _IO}),
+            CacheStats(**{n: totals[f"cache_{n}"] for n in _CACHE}),
+        )
 
-def _spawning() -> bool:
-    from multiprocessing import context
 
-    return context.get_spawning_popen() is not None
-
-
-class ShardCounters:
-    """Totals shared by every process reading for one pipeline (see module docstring).
-
-    Shared memory can only be handed to a process while it is created (DataLoader workers
-    by fork or spawn); pickled at any other time, the copy gets private counters.
-    """
-
-    def __init__(self) -> None:
-        self._raw: Any = multiprocessing.RawArray("q", _SLOTS * len(_FIELDS))
-
-    def add(self, slot: int, values: Sequence[int], previous: Sequence[int]) -> None:
-        """Add ``values - previous`` to ``slot`` (one writer process per slot)."""
-        base = (slot % _SLOTS) * len(_FIELDS)
-        for k, (new, old) in enumerate(zip(values, previous)):
-            if new != old:
-                self._raw[base + k] += new - old
-
-    def snapshot(self) -> ShardTotals:
-        n = len(_FIELDS)
-        sums = [sum(self._raw[s * n + k] for s in range(_SLOTS)) for k in range(n)]
-        k = 3 + len(_IO)
-        return ShardTotals(sums[0], sums[1], sums[2], IOStats(*sums[3:k]), CacheStats(*sums[k:]))
-
-    def __getstate__(self) -> dict[str, Any]:
-        if _spawning():
-            return {"raw": self._raw}
-        return {"raw": None, "values": list(self._raw)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._raw = state["raw"] if state["raw"] is not None else state["values"]
+def shard_counters() -> SharedCounters:
+    """The counters a ``TarReader`` publishes (one per ``shards()`` pipeline)."""
+    return SharedCounters(_FIELDS)
 
 
 class _Counting(TarAccess):
-    """A ``TarAccess`` that publishes its counters to the pipeline's ``ShardCounters``."""
+    """A ``TarAccess`` that publishes its counters to the pipeline's ``SharedCounters``."""
 
-    def __init__(self, *args: Any, counters: ShardCounters, worker: int, every_s: float, **kw: Any):
+    def __init__(
+        self, *args: Any, counters: SharedCounters, worker: int, every_s: float, **kw: Any
+    ):
         super().__init__(*args, **kw)
         self._counters, self._worker, self._every_s = counters, worker, every_s
-        self._published = [0] * len(_FIELDS)
+        self._published = dict.fromkeys(_FIELDS, 0)
         self._next_publish = time.monotonic() + every_s
         self._pub_lock = threading.Lock()
         self.samples = 0
 
-    def values(self) -> list[int]:
+    def values(self) -> dict[str, int]:
         io = self.io.snapshot()
         cache = self.cache.stats() if self.cache is not None else CacheStats()
-        return [
-            self.shards_done,
-            self.policy.skipped,
-            self.samples,
-            *(getattr(io, f) for f in _IO),
-            *(getattr(cache, f) for f in _CACHE),
-        ]
+        return {
+            "shards_done": self.shards_done,
+            "shards_skipped": self.policy.skipped,
+            "samples": self.samples,
+            **{f: getattr(io, f) for f in _IO},
+            **{f"cache_{f}": getattr(cache, f) for f in _CACHE},
+        }
 
     def publish(self, force: bool = False) -> None:
         if not force and time.monotonic() < self._next_publish:
             return
         with self._pub_lock:
             now = self.values()
-            self._counters.add(self._worker, now, self._published)
+            self._counters.add(self._worker, {k: v - self._published[k] for k, v in now.items()})
             self._published = now
             self._next_publish = time.monotonic() + self._every_s
 
@@ -168,8 +147,16 @@ class TarReader:
     """The ``SourceReader`` of ``shards()``: configuration only, picklable."""
 
     options: ShardOptions
-    counters: ShardCounters
+    counters: SharedCounters = field(default_factory=shard_counters, compare=False)
     publish_every_s: float = 1.0
+
+    def stats(self) -> PipelineStats:
+        """What the pipeline's workers read so far (``Pipeline.stats()``)."""
+        return PipelineStats(shards=ShardTotals.of(self.counters.totals()))
+
+    def lanes(self) -> tuple[int, str]:
+        """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
+        return self.options.lanes, self.options.order
 
     def buffer_bytes(self, stage_bytes: int | None, *, lanes: int) -> int:
         """The byte bound of the lanes' buffer for a stage grant (module docstring)."""
@@ -291,28 +278,28 @@ def shards(
             iteration.
     """
     from .._compact import StrList
+    from .._source import SequenceSource
     from ..pipeline import Pipeline
+    from ..sharding import Sharding
 
+    sharding = Sharding.pick(locals())
     options = ShardOptions.pick(locals())
-    return Pipeline(
-        StrList(expand_urls(urls, storage_options=storage_options)),
-        reader=TarReader(options, ShardCounters()),
-        shuffle_shards=shuffle_shards,
-        seed=seed,
-        samples_per_shard=samples_per_shard,
-        equalize=equalize,
-        rank=rank,
-        world_size=world_size,
+    reader = TarReader(options)
+    source = SequenceSource(
+        StrList(expand_urls(urls, storage_options=storage_options)), reader=reader
     )
+    return Pipeline._of(source, sharding)
 
 
 def shard_stats(pipeline: Pipeline, /) -> ShardTotals:
-    """The ``ShardTotals`` of a pipeline built by ``shards()`` (any fluent descendant).
+    """The ``ShardTotals`` of a pipeline built by ``shards()`` (any fluent descendant):
+    ``pipeline.stats().shards``.
 
     Raises:
         TypeError: the pipeline was not built by ``shards()``.
     """
-    reader = getattr(pipeline, "_reader", None)
-    if not isinstance(reader, TarReader):
+    stats = getattr(pipeline, "stats", None)
+    totals = stats().shards if callable(stats) else None
+    if totals is None:
         raise TypeError("shard_stats() needs a pipeline built by streambuf.shards()")
-    return reader.counters.snapshot()
+    return totals

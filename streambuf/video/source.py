@@ -29,6 +29,9 @@ Data flow inside one DataLoader worker (or the main process without workers)::
   dropped. ``"skip"``: the video is logged and counted (its clips before the damage are
   kept) and the lane goes on; more than ``max_failures`` skips per worker raise
   ``TooManyFailures``.
+* **Counters.** ``pipe.stats().videos``: the ``DecodeStats`` of every worker, summed
+  (videos, clips, frames decoded and converted, seeks, failures), published as each
+  video ends.
 * **Shutdown.** Closing the iterator (end, ``break``, an exception, Loader shutdown)
   closes the buffer; lanes stop at their next reservation or put, close their containers
   and files, and are joined (bounded).
@@ -40,16 +43,18 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
 from .._contracts import ReaderRun, WorkerContext
+from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
-from .._units import check_bool, check_choice, check_int, parse_count
+from .._source import SequenceSource
+from .._units import check_choice, check_int, parse_count
 from ..errors import VideoError, add_note
 from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
 from ..pipeline import Pipeline
-from ..sharding import Equalize
+from ..sharding import Equalize, Sharding
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler
@@ -61,6 +66,7 @@ log = logging.getLogger("streambuf")
 _DEFAULT_STAGE_BYTES = 256 << 20  # the buffer's bound outside a Loader
 _ITEMS_PER_LANE = 4
 _STAGE = "video"
+_DECODE = tuple(f.name for f in fields(DecodeStats))
 
 
 def _is_remote(url: str) -> bool:
@@ -124,6 +130,17 @@ class VideoReader:
     cache_limit: int | None = None
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
+    counters: SharedCounters = field(
+        default_factory=lambda: SharedCounters(_DECODE), compare=False, repr=False
+    )
+
+    def stats(self) -> PipelineStats:
+        """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
+        return PipelineStats(videos=DecodeStats(**self.counters.totals()))
+
+    def lanes(self) -> tuple[int, str]:
+        """``(lanes, order)`` a slot's videos are decoded with: one lane per thread."""
+        return max(1, self.threads), "round_robin"
 
     def open(
         self,
@@ -135,7 +152,7 @@ class VideoReader:
         stride: int,
         offset: int,
     ) -> ReaderRun:
-        lanes = max(1, self.threads)
+        lanes, _ = self.lanes()
         return ReaderRun(
             access=VideoAccess(self, source, ctx=ctx, stride=stride, offset=offset),
             lanes=lanes,
@@ -233,6 +250,7 @@ class VideoAccess:
         with self._lock:
             for f in fields(DecodeStats):
                 setattr(self.stats, f.name, getattr(self.stats, f.name) + getattr(stats, f.name))
+            self.r.counters.add(self.ctx.worker, asdict(stats))
 
     def read(self, lane: int, shard: int, /, *, index: int, hint: Any) -> Iterator[tuple]:
         done = list(hint["done"]) if isinstance(hint, dict) else []
@@ -333,7 +351,6 @@ def clips(
             check_int(value, name=arg, minimum=1)
     check_int(ffmpeg_threads, name="ffmpeg_threads")  # 0: FFmpeg decides
     parse_count(threads, name="threads")
-    check_bool(shuffle_videos, name="shuffle_videos")
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
@@ -349,6 +366,15 @@ def clips(
                 f"equalize={equalize!r} needs the number of clips per video; this sampler's "
                 "count depends on each video's length: pass clips_per_video="
             )
+    sharding = Sharding(
+        shuffle_shards=shuffle_videos,
+        seed=seed,
+        samples_per_shard=clips_per_video,
+        equalize=equalize,
+        rank=rank,
+        world_size=world_size,
+        arg_names={"shuffle_shards": "shuffle_videos", "samples_per_shard": "clips_per_video"},
+    )
     _import_av()
     urls = [os.fspath(u) for u in expand_urls(videos, storage_options=storage_options)]
     reader = VideoReader(
@@ -367,13 +393,4 @@ def clips(
     )
     from .._compact import IndexedStrList, StrList
 
-    return Pipeline(
-        IndexedStrList(StrList(urls)),
-        reader=reader,
-        shuffle_shards=shuffle_videos,
-        seed=seed,
-        samples_per_shard=clips_per_video,
-        equalize=equalize,
-        rank=rank,
-        world_size=world_size,
-    )
+    return Pipeline._of(SequenceSource(IndexedStrList(StrList(urls)), reader=reader), sharding)

@@ -1,8 +1,9 @@
 """The planted bugs of "Architecture": the public stage contract (what a checkpoint
 saves of a stage's state, groups settled whole, dropped samples settled, the
-configuration in the fingerprint), a share that ends without a batch, and the package's
-layers (a lazy import that closes a circle). Each must make the tests named beside it
-fail."""
+configuration in the fingerprint), what a Source adds to the fingerprint, a pipeline's
+counters across processes, a share that ends without a batch, and the package's layers
+(a lazy import that closes a circle).
+Each must make the tests named beside it fail."""
 
 from __future__ import annotations
 
@@ -42,6 +43,20 @@ MUTANTS = [
         "        cfg = json.dumps(self.config(), sort_keys=True, default=repr)\n",
         "        cfg = ''\n",
         f"{STAGE}::test_a_state_of_another_stage_configuration_does_not_load",
+    ),
+    _m(
+        "source: the state's fingerprint leaves out what the Source adds (a mix's sources)",
+        "streambuf/_state.py",
+        "    source = pipe._src.fingerprint()",
+        '    source = ""',
+        "tests/test_mixing.py::test_a_state_of_other_mixed_sources_does_not_load",
+    ),
+    _m(
+        "counters: a spawned worker's counts stay in the worker",
+        "streambuf/_counters.py",
+        "raw = self._raw if context.get_spawning_popen() is not None else list(self._raw)",
+        "raw = list(self._raw)",
+        "tests/sources/test_loader_shards.py::test_reader_pickles_and_runs_under_spawn",
     ),
     _m(
         "a worker whose share ends without a batch sends no state",

@@ -209,7 +209,11 @@ MUTANTS = [
         "DDP: the Loader freezes rank and world size on the user's pipeline when built",
         "streambuf/loader.py",
         "        self._arena: Any = None",
-        "        self._arena: Any = None\n        self.pipeline._rank_world = current_rank_world()",
+        "        self._arena: Any = None\n        import dataclasses\n\n"
+        "        rank, world = current_rank_world()\n"
+        "        self.pipeline._sharding = dataclasses.replace(\n"
+        "            self.pipeline._sharding, rank=rank, world_size=world\n"
+        "        )",
         "tests/test_distributed.py::test_loader_built_before_init_process_group_shards_per_rank",
     ),
     m(

@@ -55,6 +55,20 @@ MUTANTS = [
         IMAGES_BOUND,
     ),
     _m(
+        "sharding: a rank outside the world size accepted",
+        "streambuf/sharding.py",
+        'check_int(self.rank, name=name("rank"), maximum=self.world_size - 1)',
+        'check_int(self.rank, name=name("rank"))',
+        "tests/test_options.py::test_pipeline_rejects_bad_options",
+    ),
+    _m(
+        "sharding: clips() errors name Pipeline's arguments, not its own",
+        "streambuf/sharding.py",
+        "            return self.arg_names.get(f, f)",
+        "            return f",
+        "tests/test_options.py::test_clips_rejects_bad_options",
+    ),
+    _m(
         "equalize checked only in the worker",
         "streambuf/pipeline.py",
         "            self.sizes()  # samples_per_shard: given, and one count per shard",

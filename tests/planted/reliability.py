@@ -82,7 +82,7 @@ MUTANTS = [
     _m(
         "states not validated before use",
         "streambuf/_state.py",
-        "    validate(state, stage_keys=stage_keys(pipe), mix=pipe._mix is not None, path=path)\n",
+        '    validate(state, stage_keys=stage_keys(pipe), mix=pipe._src.state_kind == "mix", path=path)\n',
         "",
         CHECKS,
     ),

@@ -71,6 +71,10 @@ def test_loader_two_workers_three_lanes_exactly_once_under_faults(server: Faulty
     totals = shard_stats(pipe)  # written by the forked workers, read here
     assert totals.samples == 120 and totals.shards_done == 10 and totals.shards_skipped == 0
     assert totals.io.retries == 4 and totals.io.opens == 10
+    stats = pipe.stats()  # the one way: shard_stats(pipe) is its .shards
+    assert stats.shards == totals and stats.mix is None and stats.videos is None
+    flat = stats.as_dict(flat=True)
+    assert flat["shards/samples"] == 120 and flat["shards/io/retries"] == 4
 
 
 @pytest.mark.parametrize("n_shards", [10, 3])  # 3 shards < 2 ranks x 2 workers: sample split
@@ -142,7 +146,7 @@ def test_skips_are_counted_and_reachable(server: FaultyServer) -> None:
 
 def test_stage_grant_bounds_the_lane_buffer(ten_shards: Path) -> None:
     pipe = sb.shards(str(ten_shards / "*.tar"), lanes=3, block_bytes="1MiB", readahead_bytes="1MiB")
-    reader = pipe._reader
+    reader = pipe._src.reader
     assert isinstance(reader, sb.sources.TarReader)
     assert reader.buffer_bytes(None, lanes=3) == 256 * MIB  # outside a Loader: max_bytes
     assert reader.buffer_bytes(40 * MIB, lanes=3) == 31 * MIB  # minus 3 x (2 + 1) MiB
@@ -167,6 +171,7 @@ def test_shards_rejects_bad_options(ten_shards: Path) -> None:
         sb.shards(str(ten_shards / "nothing-*.tar"))
     with pytest.raises(TypeError):
         shard_stats(sb.Pipeline([1, 2]))
+    assert sb.Pipeline([1, 2]).stats() == sb.Pipeline(iter([1])).stats()  # counts nothing
 
 
 # -- memory rule -------------------------------------------------------------------------

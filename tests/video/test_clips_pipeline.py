@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import streambuf.video.source as source_mod
-from streambuf import Pipeline, TooManyFailures, VideoError, WorkerContext
+from streambuf import Loader, Pipeline, TooManyFailures, VideoError, WorkerContext
 from streambuf.video import (
     Clip,
     clips,
@@ -67,7 +67,7 @@ def test_same_clips_as_decode_clips(paths, threads) -> None:
 
 def test_glob_is_expanded_sorted(paths, video_dir) -> None:
     pipe = clips(str(Path(video_dir) / "*"), sampler=SAMPLER, shuffle_videos=False)
-    assert [u for _, u in pipe._source] == paths
+    assert [u for _, u in pipe._src.shards] == paths
     with pytest.raises(FileNotFoundError, match="no file matches"):
         clips(str(Path(video_dir) / "*.nothing"), sampler=SAMPLER)
 
@@ -156,6 +156,11 @@ def test_skip_counts_and_goes_on(paths, tmp_path, caplog) -> None:
         got = list(clips(every, sampler=SAMPLER, on_error="skip", max_failures=2))
     assert {c.source for c in got} == set(paths) and len(got) == 3 * len(paths)
     assert sum("skipped" in r.getMessage() for r in caplog.records) == 2
+    pipe = clips(every, sampler=SAMPLER, width=16, height=16, on_error="skip", max_failures=2)
+    pipe = pipe.batch(3)
+    list(Loader(pipe, num_workers=2, max_batches=2, max_bytes="64MiB"))
+    decoded = pipe.stats().videos  # summed over the workers
+    assert (decoded.videos, decoded.clips, decoded.failures) == (len(paths), len(got), 2)
     with pytest.raises(TooManyFailures):
         list(clips([*every, missing], sampler=SAMPLER, on_error="skip", max_failures=2))
 
@@ -166,7 +171,7 @@ def test_fsspec_urls_opened_lazily(paths, monkeypatch) -> None:
     for p in paths:
         fs.pipe(f"/vids/{Path(p).name}", Path(p).read_bytes())
     pipe = clips("memory://vids/*", sampler=SAMPLER, shuffle_videos=False, storage_options={})
-    urls = [u for _, u in pipe._source]
+    urls = [u for _, u in pipe._src.shards]
     assert urls == [f"memory:///vids/{Path(p).name}" for p in paths]
     pickle.loads(pickle.dumps(pipe))  # nothing opened: the pipeline crosses into workers
     got = list(pipe)
@@ -222,7 +227,6 @@ def test_is_a_pipeline_of_uint8_clips(paths) -> None:
 def test_remote_videos_are_cached_on_the_node(paths, tmp_path) -> None:
     # HTTP on loopback, 2 workers sharing one cache folder: epoch 1 downloads each video
     # once (whole, into the cache), epoch 2 makes no request; frames equal the local decode
-    from streambuf import Loader
     from tests.sources.httpserver import FaultyServer
 
     folder = Path(paths[0]).parent

@@ -1,0 +1,118 @@
+"""The one counters mechanism: ``Counters`` (one process, any thread), ``SharedCounters``
+(one pipeline, every process that runs it) and ``PipelineStats``, what
+``Pipeline.stats()`` returns.
+
+Counts are named ints, added to by deltas and read as a snapshot. ``SharedCounters``
+lives in shared memory created with the pipeline, one row per DataLoader worker id
+(``worker % 64``), each row written by one process only, summed when read. Shared
+memory can only be handed to a process while it is created (DataLoader workers by fork
+or spawn); pickled at any other time, the copy gets private counts.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Counters", "PipelineStats", "SharedCounters"]
+
+T = TypeVar("T")
+_SLOTS = 64
+
+
+class Counters(Generic[T]):
+    """Counts named by the fields of the dataclass ``kind``, added to from any thread
+    (``add(**deltas)``), read as a ``kind`` (``snapshot()``)."""
+
+    def __init__(self, kind: type[T]) -> None:
+        self.kind = kind
+        self._lock = threading.Lock()
+        self._c = dict.fromkeys((f.name for f in fields(kind)), 0)  # type: ignore[arg-type]
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for k, v in deltas.items():
+                self._c[k] += v
+
+    def snapshot(self) -> T:
+        with self._lock:
+            return self.kind(**self._c)
+
+
+class SharedCounters:
+    """Counts of one pipeline summed over every process that runs it (module
+    docstring): ``add(worker, deltas)`` in a worker, ``totals()`` anywhere."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self._raw: Any = multiprocessing.RawArray("q", _SLOTS * len(self.names))
+        self._index = {n: i for i, n in enumerate(self.names)}
+
+    def add(self, worker: int, deltas: Mapping[str, int]) -> None:
+        """Add ``deltas`` (name -> int) to ``worker``'s row (one writer process per row)."""
+        base = (worker % _SLOTS) * len(self.names)
+        for name, d in deltas.items():
+            if d:
+                self._raw[base + self._index[name]] += d
+
+    def totals(self) -> dict[str, int]:
+        n = len(self.names)
+        return {
+            name: sum(self._raw[s * n + k] for s in range(_SLOTS))
+            for k, name in enumerate(self.names)
+        }
+
+    def __getstate__(self) -> dict[str, Any]:
+        from multiprocessing import context
+
+        raw = self._raw if context.get_spawning_popen() is not None else list(self._raw)
+        return {"names": self.names, "raw": raw}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.names, self._raw = state["names"], state["raw"]
+        self._index = {n: i for i, n in enumerate(self.names)}
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """Everything a pipeline counts (``Pipeline.stats()``), summed over every worker that
+    ran it or a fluent descendant since it was built; None where it counts nothing of
+    the kind. ``as_dict(flat=True)`` for loggers.
+
+    Attributes:
+        shards: ``streambuf.sources.ShardTotals`` (``shards()``): shard reads, samples,
+            I/O, cache.
+        videos: ``streambuf.video.DecodeStats`` (``video.clips()``): videos, clips,
+            frames decoded and converted, seeks, failures.
+        mix: ``streambuf.MixStats`` (``mix()``): samples taken from each source, restarts.
+        sources: a mix's sources' own ``PipelineStats``, in order.
+    """
+
+    shards: Any = None
+    videos: Any = None
+    mix: Any = None
+    sources: tuple[PipelineStats, ...] = ()
+
+    def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
+        """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"
+        (``shards/io/retries``, ``mix/taken/0``, ``sources/1/shards/samples``)."""
+        d = asdict(self)
+        if not flat:
+            return d
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, v: Any) -> None:
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    walk(f"{prefix}{k}/", x)
+            elif isinstance(v, list | tuple):
+                for i, x in enumerate(v):
+                    walk(f"{prefix}{i}/", x)
+            elif v is not None:
+                out[prefix[:-1]] = v
+
+        walk("", d)
+        return out
