@@ -4,7 +4,8 @@ lane lengths, producer and consumer speeds.
 
 An observer runs under the window's lock after every reservation, admission and removal
 and checks the one pool: reservations + admitted results <= ``max_items`` and their bytes
-<= ``max_bytes``, unless one is held alone (oversize, which must then be counted). The
+<= ``max_bytes``, unless one is held alone (oversize, which must then be counted), and
+no count ever negative (room given back twice, or never taken). The
 consumer checks the order (round robin: lanes in turn from ``start_lane``, skipping
 finished lanes; sequence: by number; first ready: nothing lost or repeated) and that
 nothing hangs (every run ends within its deadline).
@@ -41,6 +42,8 @@ class Checker:
 
     def __call__(self, w: Window) -> None:
         n, nbytes = w._held, w._bytes
+        if min(n, nbytes, w._reserved) < 0:  # a count given back twice, or never taken
+            self.violations.append(f"negative counts: {n} held, {nbytes} B, {w._reserved} res")
         if n > 1 and (n > w.max_items or nbytes > w.max_bytes):
             self.violations.append(f"{n} held ({nbytes} B) > {w.max_items}, {w.max_bytes} B")
         if nbytes > w.max_bytes and w._oversize == 0:
@@ -206,6 +209,8 @@ def test_a_round_robin_head_waits_outside_the_count_and_is_counted_so() -> None:
     # reservation (the largest size so far) then finds no room: the consumer waits on
     # lane 0, so lane 0 reserves outside the count instead of waiting behind lane 1
     window: Window = Window(lanes=2, max_items=100, max_bytes=100, order="round_robin")
+    check = Checker()
+    window._observer = check
 
     def lane0() -> Iterator:
         for i in range(6):
@@ -221,6 +226,7 @@ def test_a_round_robin_head_waits_outside_the_count_and_is_counted_so() -> None:
     assert got == round_robin_items(6, 60)
     st_ = window.stats()
     assert st_.outside >= 1 and st_.peak_bytes <= 100
+    assert check.violations == []  # the outside reservations were never counted
 
 
 def round_robin_items(a: int, b: int) -> list:
