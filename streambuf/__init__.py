@@ -14,6 +14,7 @@ from ._counters import PipelineStats
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
 from .compose import Stage, StageState
+from .depth import DepthTuner, TunerDecision
 from .device import DevicePrefetcher
 from .errors import (
     BufferClosed,
@@ -27,12 +28,11 @@ from .errors import (
 from .loader import Loader
 from .mixing import MixStats, mix, mix_stats
 from .pipeline import Pipeline
-from .prefetch import Prefetcher, prefetch
+from .prefetch import ThreadPrefetcher, prefetch
 from .resources import Limits, Recommendation, read_limits, recommend
 from .sizing import nbytes
 from .sources.pipe import shards
 from .stats import LoaderStats
-from .tuning import DepthTuner, TunerDecision
 from .window import Window
 
 __version__ = "0.1.0"
@@ -51,7 +51,6 @@ __all__ = [
     "MixStats",
     "Pipeline",
     "PipelineStats",
-    "Prefetcher",
     "Recommendation",
     "ShardError",
     "ShardedBuffer",
@@ -59,6 +58,7 @@ __all__ = [
     "StageError",
     "StageState",
     "StreambufError",
+    "ThreadPrefetcher",
     "TooManyFailures",
     "TunerDecision",
     "VideoError",

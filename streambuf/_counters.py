@@ -58,6 +58,10 @@ class SharedCounters:
             if d:
                 self._raw[base + self._index[name]] += d
 
+    def add_one(self, worker: int, name: str) -> None:
+        """Add 1 to ``name`` in ``worker``'s row (the per-sample path: no dict)."""
+        self._raw[(worker % _SLOTS) * len(self.names) + self._index[name]] += 1
+
     def totals(self) -> dict[str, int]:
         n = len(self.names)
         return {

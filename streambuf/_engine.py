@@ -407,7 +407,7 @@ class Engine(Generic[T]):
 
     def _restart_at(self, index: int) -> None:
         """Round robin: deliver from lane ``index`` next (the buffer must be empty: a
-        producer skipped items that were delivered another way, ``Prefetcher``)."""
+        producer skipped items that were delivered another way)."""
         with self._lock:
             if self._items:
                 raise RuntimeError("_restart_at() on a buffer that holds items")

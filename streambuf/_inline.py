@@ -21,7 +21,7 @@ second, downstream work included) and keeps the faster:
    ``max_interval_s``) and starts again at ``min_interval_s`` when the mode changes.
 
 The chooser is only the decision (no threads, a clock passed in: unit-testable);
-``Prefetcher`` carries it out (pause the producers, drain, pull inline, resume).
+``ThreadPrefetcher`` carries it out (pause the producers, drain, pull inline, resume).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class InlineChooser:
         self._start("probe")
 
     def tick(self) -> Action:
-        """Account one delivered item; what the Prefetcher must do next."""
+        """Account one delivered item; what the ThreadPrefetcher must do next."""
         self._n += 1
         now = self._clock()
         state = self._state

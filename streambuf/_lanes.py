@@ -1,6 +1,6 @@
 """``LaneRunner``: the one thread-lane runner behind every concurrent stage.
 
-A threaded map (``Prefetcher``), the torchdata nodes (``streambuf.nodes``), the shard
+A threaded map (``ThreadPrefetcher``), the torchdata nodes (``streambuf.nodes``), the shard
 readers of ``shards()`` and the video lanes of ``video.clips()`` all run the same loop:
 ``K`` threads, lane ``t`` draining its own work iterator into one ``Window``
 (``streambuf.window``) that the consumer iterates.

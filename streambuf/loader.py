@@ -55,13 +55,13 @@ from ._units import (
 )
 from ._worker import Board, Feed
 from .budget import CreditBudget
+from .depth import DepthTuner
 from .device import DevicePrefetcher, check_device
 from .errors import WorkerError
 from .pipeline import Pipeline
 from .sharding import current_rank_world
 from .sizing import nbytes
 from .stats import LoaderStats
-from .tuning import DepthTuner
 
 __all__ = ["Loader", "LoaderStats"]
 
@@ -91,7 +91,7 @@ class Loader:
         multiprocessing_context: "fork", "spawn" or "forkserver" (None: default).
         timeout_s: raise ``WorkerError`` when no batch arrives within this many seconds
             (None: wait as long as it takes; a dead worker is still detected).
-        adaptive: let ``streambuf.tuning.DepthTuner`` choose the depth at run time, from
+        adaptive: let ``streambuf.depth.DepthTuner`` choose the depth at run time, from
             ``num_workers`` up to ``max_batches``, growing while the consumer waits and
             shrinking when available memory drops below ``memory_reserve_bytes``. The
             byte budget is a hard bound either way. False: depth is ``max_batches``.

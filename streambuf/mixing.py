@@ -76,6 +76,9 @@ class MixStats:
         )
 
 
+_TAKEN = tuple(f"taken/{k}" for k in range(64))  # the per-sample counter names, made once
+
+
 def mix_counters(sources: int) -> SharedCounters:
     """The counters of a mix: samples taken from each source and its restarts."""
     return SharedCounters(
@@ -226,7 +229,7 @@ class MixRun:
             self.subs[k].ledger.settle_all(rec)
             self.counter += 1
             self._taken_pass[k] += 1
-        self.spec.counters.add(self.ctx.worker, {f"taken/{k}": 1})
+        self.spec.counters.add_one(self.ctx.worker, _TAKEN[k] if k < len(_TAKEN) else f"taken/{k}")
         return out
 
     def _replay(self) -> Iterator[Rec]:
@@ -262,7 +265,7 @@ class MixRun:
                 if self.spec.stop == "never" and self._taken_pass[k] > 0:
                     self.restarts[k] += 1
                     self._taken_pass[k] = 0
-                    self.spec.counters.add(self.ctx.worker, {f"restarts/{k}": 1})
+                    self.spec.counters.add_one(self.ctx.worker, f"restarts/{k}")
                     self.subs[k] = self._open(k, None)
                     self._iters[k] = self.subs[k].records(settle=False)
                 else:  # exhausted (a source with nothing for this slot never restarts)

@@ -1,4 +1,4 @@
-"""Background producers feeding a bounded buffer: ``prefetch`` and ``Prefetcher``.
+"""Background producers feeding a bounded buffer: ``prefetch`` and ``ThreadPrefetcher``.
 
 ``threads`` producer threads pull from one source iterator (under a lock: iterators are
 sequential), apply ``fn`` outside the lock (this is where the concurrency is: I/O and
@@ -43,7 +43,7 @@ from .sizing import nbytes
 from .stats import BufferStats
 from .window import Window
 
-__all__ = ["Prefetcher", "prefetch"]
+__all__ = ["ThreadPrefetcher", "prefetch"]
 
 T = TypeVar("T")
 _END = object()
@@ -64,7 +64,7 @@ class _Steps:
         return self._step()
 
 
-class Prefetcher(Generic[T]):
+class ThreadPrefetcher(Generic[T]):
     """Iterate ``iterable`` (optionally mapped by ``fn``) through a bounded buffer filled
     by background threads. See the module docstring for ordering and error rules.
 
@@ -266,7 +266,7 @@ class Prefetcher(Generic[T]):
         """Stop the producers and join them (bounded by ``join_timeout_s``). Idempotent."""
         self._runner.close()
 
-    def __enter__(self) -> Prefetcher[T]:
+    def __enter__(self) -> ThreadPrefetcher[T]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -288,14 +288,14 @@ def prefetch(
     ordered: bool = True,
     sizeof: Callable[[Any], int] = nbytes,
     name: str | None = None,
-) -> Prefetcher[Any]:
+) -> ThreadPrefetcher[Any]:
     """Prefetch ``iterable`` on background threads into a byte- and count-bounded buffer.
 
     ``for x in prefetch(items, max_items=8, max_bytes="1GiB", threads=4, fn=load): ...``
-    See ``Prefetcher`` for the arguments. Use it in a ``with`` block (or just break out
+    See ``ThreadPrefetcher`` for the arguments. Use it in a ``with`` block (or just break out
     of the loop) and every producer thread is stopped.
     """
-    return Prefetcher(
+    return ThreadPrefetcher(
         iterable,
         max_items=max_items,
         max_bytes=max_bytes,

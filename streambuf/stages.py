@@ -5,7 +5,7 @@ method, ``open(up, env, k, state)``, that runs it for one iteration over a strea
 ``Rec`` objects (value, position, seq; ``streambuf._ledger``) and registers, when it
 holds samples of its own, a ``snapshot()`` for the pipeline's state:
 
-* ``Map`` (``threads > 1``: the lane runner through ``Prefetcher``; ordered by default),
+* ``Map`` (``threads > 1``: the lane runner through ``ThreadPrefetcher``; ordered by default),
   ``Prefetch``: hold samples only in flight: those are pending in the ledger; no state.
 * ``Filter``: a dropped sample is settled (it is owed to nobody).
 * ``Flatten``: children take their parent's position plus their index; a resumed parent
@@ -35,7 +35,7 @@ from ._collate import Collator
 from ._ledger import Ledger, Rec
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
-from .prefetch import Prefetcher
+from .prefetch import ThreadPrefetcher
 from .sharding import hash_seed
 from .sizing import nbytes
 
@@ -168,7 +168,7 @@ class Map(Stage):
         depth = self.max_items if self.max_items is not None else self.threads
         mb = self.max_bytes or env.stage_bytes or (256 << 20)
         return iter(
-            Prefetcher(
+            ThreadPrefetcher(
                 up,
                 max_items=max(depth, self.threads),
                 max_bytes=mb,
@@ -195,7 +195,7 @@ class Prefetch(Stage):
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         return iter(
-            Prefetcher(
+            ThreadPrefetcher(
                 up,
                 max_items=self.max_items,
                 max_bytes=self.max_bytes,
@@ -469,6 +469,6 @@ def prefetch_items(
     it: Iterable[Any], /, *, max_items: int, max_bytes: int | str, threads: int = 1
 ) -> Iterator[Any]:
     """Run the upstream stages ahead on a background thread, bounded by items and bytes."""
-    pf: Prefetcher[Any]
-    with Prefetcher(it, max_items=max_items, max_bytes=max_bytes, threads=threads) as pf:
+    pf: ThreadPrefetcher[Any]
+    with ThreadPrefetcher(it, max_items=max_items, max_bytes=max_bytes, threads=threads) as pf:
         yield from pf

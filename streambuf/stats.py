@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .budget import BudgetStats
-from .tuning import TunerDecision
+from .depth import TunerDecision
 
 __all__ = ["BufferStats", "LoaderStats"]
 

@@ -2,7 +2,7 @@
 
 Every concurrent stage runs ``LaneRunner`` (``streambuf._lanes``) into a ``Window``: the
 shard lanes of ``shards()``, the video lanes of ``video.clips()``, threaded maps
-(``Prefetcher``) and the ``torchdata.nodes`` nodes. Lane ``t`` (one thread) repeats::
+(``ThreadPrefetcher``) and the ``torchdata.nodes`` nodes. Lane ``t`` (one thread) repeats::
 
     window.reserve(t, estimate)   # room for the next item, before it is made
     item = make()                 # on failure: window.release(t)
@@ -14,7 +14,7 @@ and one consumer calls ``get()``. Orders:
 
 * ``"sequence"``: items leave by ``seq`` (0, 1, 2, ...), given at ``commit``. The
   producers share one source and take sequence numbers *after* they reserve, in the
-  order they pull (``Prefetcher``, ``ParallelMapper``).
+  order they pull (``ThreadPrefetcher``, ``ParallelMapper``).
 * ``"round_robin"``: lane ``start_lane``, then the next, ..., skipping lanes that are
   finished and drained; each lane's items in the order it made them. Deterministic
   whatever the timing (shard and video lanes).

@@ -7,7 +7,7 @@ import traceback
 import pytest
 import torch
 
-from streambuf import Prefetcher, prefetch
+from streambuf import ThreadPrefetcher, prefetch
 from tests.helpers import wait_for_threads
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("no_thread_leak")]
@@ -97,13 +97,13 @@ def test_early_break_stops_threads():
 
 
 def test_close_twice_and_context_manager():
-    p = Prefetcher(range(10**6), max_items=2, max_bytes="1MiB", threads=2)
+    p = ThreadPrefetcher(range(10**6), max_items=2, max_bytes="1MiB", threads=2)
     it = iter(p)
     assert next(it) == 0
     p.close()
     p.close()
     assert wait_for_threads(timeout_s=1.0) == []
-    with Prefetcher(range(10**6), max_items=2, max_bytes="1MiB") as p2:
+    with ThreadPrefetcher(range(10**6), max_items=2, max_bytes="1MiB") as p2:
         assert next(iter(p2)) == 0
     assert wait_for_threads(timeout_s=1.0) == []
 
@@ -120,7 +120,7 @@ def test_consumer_exception_stops_threads():
 
 
 def test_iterating_twice_is_an_error():
-    p = Prefetcher(range(3), max_items=2, max_bytes="1MiB")
+    p = ThreadPrefetcher(range(3), max_items=2, max_bytes="1MiB")
     assert list(p) == [0, 1, 2]
     with pytest.raises(RuntimeError, match="only once"):
         list(p)
@@ -142,7 +142,7 @@ def test_stuck_thread_is_daemon_and_close_is_bounded():
         release.wait(10)
         return x
 
-    p = Prefetcher(range(5), max_items=2, max_bytes="1MiB", fn=stuck, join_timeout_s=0.2)
+    p = ThreadPrefetcher(range(5), max_items=2, max_bytes="1MiB", fn=stuck, join_timeout_s=0.2)
     got: list[int] = []
     consumer = threading.Thread(target=lambda: got.extend(p), daemon=True)
     consumer.start()

@@ -1,4 +1,4 @@
-"""``Prefetcher(adaptive=True)`` / ``map(threads=k)``: a cheap function that holds the GIL
+"""``ThreadPrefetcher(adaptive=True)`` / ``map(threads=k)``: a cheap function that holds the GIL
 runs inline in the consumer, a waiting one stays on the threads, the choice follows a
 change of the function's cost, and order, bounds, errors, shutdown and resume are the
 same in both modes. ``InlineChooser``'s decisions on a fake clock."""
@@ -12,7 +12,7 @@ import pytest
 
 import streambuf as sb
 from streambuf._inline import InlineChooser
-from streambuf.prefetch import Prefetcher
+from streambuf.prefetch import ThreadPrefetcher
 from tests.resume_harness import check_save_load
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,8 +29,8 @@ def sleepy(x: int) -> int:
 
 def run(
     n: int, fn, *, ordered: bool = True, adaptive: bool = True, **kw
-) -> tuple[list, Prefetcher]:  # type: ignore[no-untyped-def]
-    p = Prefetcher(
+) -> tuple[list, ThreadPrefetcher]:  # type: ignore[no-untyped-def]
+    p = ThreadPrefetcher(
         range(n),
         max_items=16,
         max_bytes="1MiB",
@@ -79,7 +79,7 @@ class Shifting:
 
 def test_choice_follows_a_change_of_cost_and_keeps_order() -> None:
     n_cheap, n = 30_001, 30_001 + 300  # odd: the switch back is mid round robin
-    p = Prefetcher(
+    p = ThreadPrefetcher(
         range(n), max_items=16, max_bytes="1MiB", threads=8, fn=Shifting(n_cheap), adaptive=True
     )
     p.chooser = InlineChooser(32, min_window_s=0.01, min_interval_s=0.05, max_interval_s=0.05)
@@ -94,7 +94,9 @@ def test_bounds_hold_in_both_modes() -> None:
     import torch
 
     items = (torch.zeros(1024, dtype=torch.uint8) for _ in range(5000))  # 1 KiB each
-    p = Prefetcher(items, max_items=8, max_bytes=4096, threads=4, fn=lambda t: t + 1, adaptive=True)
+    p = ThreadPrefetcher(
+        items, max_items=8, max_bytes=4096, threads=4, fn=lambda t: t + 1, adaptive=True
+    )
     assert sum(1 for _ in p) == 5000
     stats = p.stats()
     assert stats.peak_bytes <= 4096 and stats.peak_items <= 8 and p.inline_items > 0
@@ -127,7 +129,9 @@ def test_source_error_inline_surfaces() -> None:
 
     with pytest.raises(Boom, match="source"):
         list(
-            Prefetcher(source(), max_items=16, max_bytes="1MiB", threads=4, fn=cheap, adaptive=True)
+            ThreadPrefetcher(
+                source(), max_items=16, max_bytes="1MiB", threads=4, fn=cheap, adaptive=True
+            )
         )
 
 
@@ -138,7 +142,7 @@ def _streambuf_threads() -> list[threading.Thread]:
 @pytest.mark.parametrize("stop_at", [5, 200, 10_000])
 def test_break_in_any_mode_stops_every_thread(stop_at: int) -> None:
     before = set(_streambuf_threads())
-    p = Prefetcher(
+    p = ThreadPrefetcher(
         range(100_000), max_items=16, max_bytes="1MiB", threads=6, fn=cheap, adaptive=True
     )
     for i, _ in enumerate(p):

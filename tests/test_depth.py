@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from streambuf.tuning import DepthTuner
+from streambuf.depth import DepthTuner
 
 MIB = 1 << 20
 
