@@ -32,9 +32,12 @@ is full of other lanes' items (``stats().outside``).
 Deadlock freedom with one pool: producers waiting for room are served first come, first
 served; a waiting result that is the next to deliver is taken by ``get`` straight from
 its thread (the hand-off); in sequence order the head is always reserved first (its
-number is taken after its reservation); in round robin a lane the consumer waits on
-never waits for room (it reserves outside the count). So the next item to deliver is
-always admitted, being made, or handed over.
+number is taken after its reservation). In round robin a lane runs ahead only as far as
+it leaves room (one item of its size each) for the items delivered before its next one
+that are not reserved yet, and the lane delivered soonest goes before other waiters, so
+the next item normally finds room inside the count; when it cannot (sizes grew since
+room was left), a lane the consumer waits on reserves outside the count. So the next
+item to deliver is always admitted, being made, or handed over.
 
 Ownership: an item belongs to the window from ``commit`` until ``get`` returns it. Each
 lane has at most one reservation at a time (one thread per lane).
@@ -128,6 +131,7 @@ class Window(Generic[T]):
         self._taken = [0] * self.lanes
         self._rotation = list(range(self.lanes))
         self._cursor = start_lane % self.lanes
+        self._start = self._cursor
         self._awaited: int | None = None  # round robin: the lane get() waits on
         self._arrivals: deque[int] = deque()  # first ready: admitted keys, in order
         self._arrival_keys = 0
@@ -159,8 +163,47 @@ class Window(Generic[T]):
             self._observer(self)
 
     def _wake_first(self) -> None:
+        """Room changed: wake the first waiter, and in round robin the waiting lane
+        delivered soonest (it goes before the others)."""
         if self._waiters:
             self._waiters[0].notify()
+            if self._res_waiting:
+                soonest = min(self._res_waiting, key=self._next_key)
+                self._res_waiting[soonest].notify()
+
+    def _next_key(self, lane: int) -> tuple[int, int]:
+        """Round robin: where lane ``lane``'s next item stands in the delivery order."""
+        return self._made[lane], (lane - self._start) % self.lanes
+
+    def _ahead(self, lane: int) -> int:
+        """Round robin: the items delivered before ``lane``'s next one that no lane has
+        reserved room for yet (``lane`` must leave them room)."""
+        k, r = self._next_key(lane)
+        n = 0
+        for m in range(self.lanes):
+            if m == lane or self._done[m]:
+                continue
+            start = self._made[m] + (1 if m in self._res else 0)  # m's first unreserved
+            last = k if (m - self._start) % self.lanes < r else k - 1  # m's last before
+            if last >= start:
+                n += last - start + 1
+        return n
+
+    def _admits(self, lane: int, nbytes: int, first: bool) -> bool:
+        """May ``lane`` reserve ``nbytes`` now (``first``: no waiter is ahead of it)?
+        In round robin a lane leaves room for one item of the same size for each lane
+        delivered before it that has not reserved yet, and the lane delivered soonest
+        goes before every waiter: the next item to deliver always finds room, unless
+        sizes grew since (then the consumer's wait lets it reserve outside)."""
+        if self.order != "round_robin":
+            return first and self._fits(nbytes)
+        extra = self._ahead(lane)
+        if extra and not first:
+            return False
+        return self._held == 0 or (
+            self._held + 1 + extra <= self.max_items
+            and self._bytes + nbytes * (1 + extra) <= self.max_bytes
+        )
 
     def _wait_for_room(self, nbytes: int, *, slot: _Slot | None = None, lane: int = -1) -> bool:
         """Until ``nbytes`` fits and this waiter is first: True. False: ``slot`` was
@@ -180,7 +223,12 @@ class Window(Generic[T]):
                     return False
                 if lane >= 0 and self._awaited == lane:
                     return False
-                if self._waiters[0] is token and self._fits(nbytes):
+                first = self._waiters[0] is token
+                if (
+                    self._admits(lane, nbytes, first)
+                    if slot is None
+                    else first and self._fits(nbytes)
+                ):
                     return True
                 token.wait()
         finally:
@@ -207,7 +255,7 @@ class Window(Generic[T]):
             if lane in self._res:
                 raise RuntimeError(f"lane {lane} reserved twice without commit or release")
             counted = True
-            if self._waiters or not self._fits(nbytes):
+            if not self._admits(lane, nbytes, not self._waiters):
                 rr = self.order == "round_robin"
                 counted = self._wait_for_room(nbytes, lane=lane if rr else -1)
             self._res[lane] = (nbytes, counted)
@@ -216,6 +264,8 @@ class Window(Generic[T]):
                 self._count(nbytes)
             else:
                 self._outside += 1
+            if self._waiters:
+                self._wake_first()  # the others need no room kept for this lane now
 
     def release(self, lane: int) -> None:
         """Give back lane ``lane``'s reservation: it made no item."""
@@ -292,6 +342,7 @@ class Window(Generic[T]):
                 self._done[lane] = True
                 self._running -= 1
             self._arrived.notify()
+            self._wake_first()  # the others need no room kept for this lane now
 
     # -- consumer -----------------------------------------------------------------------
     def _head(self) -> Any:
@@ -369,6 +420,7 @@ class Window(Generic[T]):
                 slot.taken = True
                 assert slot.token is not None
                 slot.token.notify()
+                self._wake_first()  # the head moved on
             return slot.item
 
     def __iter__(self) -> Iterator[T]:

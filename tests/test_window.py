@@ -229,6 +229,30 @@ def test_a_round_robin_head_waits_outside_the_count_and_is_counted_so() -> None:
     assert check.violations == []  # the outside reservations were never counted
 
 
+def test_round_robin_keeps_room_for_the_head_lane() -> None:
+    # equal items, room for three: lane 1 is quick and lane 0 slow. Lane 1 may run
+    # ahead only while it leaves room for lane 0's next item, so lane 0 (delivered
+    # next) always reserves inside the count: nothing is built outside the bound
+    window: Window = Window(lanes=2, max_items=100, max_bytes=30, order="round_robin")
+    check = Checker()
+    window._observer = check
+
+    def lane0() -> Iterator:
+        for i in range(8):
+            time.sleep(0.005)
+            yield ("a", i)
+
+    def lane1() -> Iterator:
+        for i in range(8):
+            yield ("b", i)
+
+    runner = LaneRunner([lane0, lane1], window=window, sizeof=lambda _: 10, name="test")
+    got = run(runner, deadline_s=10)
+    assert got == [(x, i) for i in range(8) for x in "ab"]
+    st_ = window.stats()
+    assert st_.outside == 0 and st_.peak_bytes == 30 and check.violations == []
+
+
 def round_robin_items(a: int, b: int) -> list:
     out = []
     for i in range(max(a, b)):

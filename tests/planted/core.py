@@ -266,6 +266,13 @@ MUTANTS = [
         "tests/test_window.py::test_a_round_robin_head_waits_outside_the_count_and_is_counted_so",
     ),
     m(
+        "window: round robin lets the other lanes take the head lane's room",
+        "streambuf/window.py",
+        "and self._bytes + nbytes * (1 + extra) <= self.max_bytes",
+        "and self._bytes + nbytes <= self.max_bytes",
+        "tests/test_window.py::test_round_robin_keeps_room_for_the_head_lane",
+    ),
+    m(
         "window: round robin drops a finished lane before it is drained",
         "streambuf/window.py",
         "if key in self._results or not self._done[lane]:",
