@@ -13,14 +13,18 @@ counts against the bounds exactly like a queued one. The bounds (docs/design.md 
   put (it exists); the producer's estimate is then too small, which the lane runner
   corrects (``streambuf._lanes``).
 
-Producers blocked on one domain are admitted first come, first served, each waiting on
-its own condition (a get wakes exactly the producer that may proceed; no herd).
+Producers blocked on one domain are admitted first come, first served, each sleeping on
+its own ``_Waiter`` (a get wakes exactly the producer that may proceed; no herd). Blocked
+consumers sleep on theirs too: a put into a shared pool wakes one of them (and takes it
+off the list, so the next put wakes the next), and a wake already posted costs nothing,
+so an item handed over while the other side is still waking up pays no notify.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from _thread import allocate_lock
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -30,6 +34,39 @@ from .errors import BufferClosed
 from .stats import BufferStats
 
 T = TypeVar("T")
+
+
+class _Waiter:
+    """One blocked thread's wake-up call: a raw lock it sleeps on, and whether a wake is
+    posted. Both are touched only under the engine's lock, so a wake is posted at most
+    once per sleep (again is a no-op) and a timeout racing a wake loses nothing."""
+
+    __slots__ = ("_gate", "woken")
+
+    def __init__(self) -> None:
+        self._gate = allocate_lock()
+        self._gate.acquire()
+        self.woken = False
+
+    def wake(self) -> None:
+        """Caller holds the engine lock."""
+        if not self.woken:
+            self.woken = True
+            self._gate.release()
+
+    def sleep(self, lock: Any, timeout: float | None) -> None:
+        """Release ``lock`` (held), sleep until woken or ``timeout``, take ``lock`` back."""
+        lock.release()
+        try:
+            if timeout is None:
+                self._gate.acquire()
+            else:
+                self._gate.acquire(True, max(timeout, 0.0))
+        finally:
+            lock.acquire()
+        if self.woken:  # re-arm; a wake that came after the timeout is taken here
+            self._gate.acquire(False)
+            self.woken = False
 
 
 class _Lane:
@@ -61,7 +98,7 @@ class _Lane:
         self.peak_items = self.peak_bytes = self.oversize = 0
         self.puts = self.gets = self.empty_gets = 0
         self.put_wait_s = self.get_wait_s = 0.0
-        self.waiters: deque[threading.Condition] = deque()
+        self.waiters: deque[_Waiter] = deque()
 
     def snapshot(self) -> BufferStats:
         return BufferStats(
@@ -110,9 +147,9 @@ class Engine(Generic[T]):
             )
         self._sizeof = sizeof
         self._lock = threading.Lock()
-        self._not_empty = threading.Condition(self._lock)
         self._lanes = [_Lane() for _ in range(self._nlanes)]
-        self._pool_waiters: deque[threading.Condition] = deque()
+        self._pool_waiters: deque[_Waiter] = deque()
+        self._get_waiters: deque[_Waiter] = deque()  # consumers asleep, none woken yet
         self._items = 0  # queued
         self._reserved = 0  # reservations, all lanes
         self._bytes = 0  # queued + reserved
@@ -120,7 +157,6 @@ class Engine(Generic[T]):
         self._puts = self._gets = self._empty_gets = 0
         self._put_wait_s = self._get_wait_s = 0.0
         self._put_waiting = 0
-        self._get_waiting = 0
         self._closed = False
         self._error: BaseException | None = None
         self._arrivals: deque[int] = deque()  # lane of each queued item, arrival order
@@ -242,7 +278,7 @@ class Engine(Generic[T]):
             self._bytes -= nbytes
             waiters = self._pool_waiters if self._pooled else lane.waiters
             if waiters:
-                waiters[0].notify()
+                waiters[0].wake()
 
     def _count_bytes(self, lane: _Lane, size: int) -> None:
         lane.bytes += size
@@ -255,11 +291,11 @@ class Engine(Generic[T]):
     def _wait_for_room(
         self,
         lane: _Lane,
-        waiters: deque[threading.Condition],
+        waiters: deque[_Waiter],
         size: int,
         timeout_s: float | None,
     ) -> None:
-        token = threading.Condition(self._lock)
+        token = _Waiter()
         waiters.append(token)
         self._put_waiting += 1
         t0 = time.monotonic()
@@ -271,17 +307,17 @@ class Engine(Generic[T]):
                 if waiters[0] is token and self._fits(lane, size):
                     return
                 if deadline is None:
-                    token.wait()
+                    token.sleep(self._lock, None)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError(f"put() found no room within {timeout_s} s")
-                    token.wait(left)
+                    token.sleep(self._lock, left)
         finally:
             waiters.remove(token)
             self._put_waiting -= 1
             if waiters:
-                waiters[0].notify()  # the next waiter may now be at the head
+                waiters[0].wake()  # the next waiter may now be at the head
             waited = time.monotonic() - t0
             lane.put_wait_s += waited
             self._put_wait_s += waited
@@ -305,20 +341,28 @@ class Engine(Generic[T]):
             self._arrivals.append(index)
         if self._observer is not None:
             self._observer(self)
-        if self._get_waiting:
-            rot = self._rotation
-            if self._pooled or not rot or rot[self._cursor % len(rot)] == index:
-                self._not_empty.notify_all()  # round-robin: only the awaited lane matters
+        if self._get_waiters:
+            if self._pooled:
+                self._get_waiters.popleft().wake()  # one new item: one consumer
+            else:
+                rot = self._rotation
+                if not rot or rot[self._cursor % len(rot)] == index:
+                    self._wake_all_gets()  # round-robin: only the awaited lane matters
 
     def _wake_all_puts(self) -> None:
         for waiters in (self._pool_waiters, *(ln.waiters for ln in self._lanes)):
-            for cond in waiters:
-                cond.notify()
+            for token in waiters:
+                token.wake()
+
+    def _wake_all_gets(self) -> None:
+        waiters = self._get_waiters
+        while waiters:
+            waiters.popleft().wake()
 
     def _finish(self, index: int) -> None:
         with self._lock:
             self._lanes[index].done = True
-            self._not_empty.notify_all()
+            self._wake_all_gets()
 
     # -- get ------------------------------------------------------------------------
     def _ready(self) -> int | None:
@@ -367,7 +411,7 @@ class Engine(Generic[T]):
             if self._put_waiting:
                 waiters = self._pool_waiters if self._pooled else lane.waiters
                 if waiters:
-                    waiters[0].notify()
+                    waiters[0].wake()
             return item
 
     def _wait_for_item(self, timeout_s: float | None) -> int:
@@ -379,7 +423,8 @@ class Engine(Generic[T]):
         waiting_on = None if self._pooled else self._rotation[self._cursor % len(self._rotation)]
         if waiting_on is not None:
             self._lanes[waiting_on].empty_gets += 1
-        self._get_waiting += 1
+        token = _Waiter()
+        waiters = self._get_waiters
         t0 = time.monotonic()
         deadline = None if timeout_s is None else t0 + timeout_s
         try:
@@ -391,15 +436,18 @@ class Engine(Generic[T]):
                     return index
                 if self._ended():
                     raise BufferClosed("buffer closed and drained")
-                if deadline is None:
-                    self._not_empty.wait()
-                else:
+                left = None
+                if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError(f"get() found no item within {timeout_s} s")
-                    self._not_empty.wait(left)
+                waiters.append(token)  # a waker takes it off the list
+                token.sleep(self._lock, left)
+                if token in waiters:  # timed out unwoken
+                    waiters.remove(token)
         finally:
-            self._get_waiting -= 1
+            if token in waiters:  # interrupted in its sleep
+                waiters.remove(token)
             waited = time.monotonic() - t0
             self._get_wait_s += waited
             if waiting_on is not None:
@@ -433,7 +481,7 @@ class Engine(Generic[T]):
             self._closed = True
             self._forget_reservations()
             self._wake_all_puts()
-            self._not_empty.notify_all()
+            self._wake_all_gets()
 
     def abort(self, exc: BaseException) -> None:
         """Close, drop every held item, and make every current and later ``get`` raise ``exc``.
@@ -450,7 +498,7 @@ class Engine(Generic[T]):
             self._items = 0
             self._forget_reservations()
             self._wake_all_puts()
-            self._not_empty.notify_all()
+            self._wake_all_gets()
 
     @property
     def closed(self) -> bool:

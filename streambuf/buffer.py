@@ -23,14 +23,24 @@ Invariants (docs/design.md 1, 2, 4), kept under one lock and checked by property
 Ownership: an item belongs to the buffer from a successful ``put`` until ``get`` returns
 it; the buffer never copies or inspects it beyond calling ``sizeof`` once, on the
 producer's thread, before taking the lock.
+
+``BoundedBuffer`` (one lane, one pool) has its own lean put and get: the default sizer's
+exact-type table (``nbytes.exact``: ints, floats, str, bytes, tensors...) instead of its
+dispatch, the bounds checked inline, no per-lane counters (``stats().lanes`` is empty for
+one lane anyway), a consumer woken only when one sleeps, and ``put_many``/``get_many``,
+which move a run of items under one lock acquisition. The bounds, the order and the
+counters mean exactly what they mean in the engine (the same property tests run both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 from ._engine import Engine
+from ._units import check_size
+from .errors import BufferClosed
 from .sizing import nbytes
 from .stats import BufferStats
 
@@ -49,11 +59,19 @@ class BoundedBuffer(Engine[T]):
             this is admitted alone into an empty buffer and counted in ``oversize``.
         sizeof: the size of an item in bytes; ``streambuf.nbytes`` by default.
 
+    ``put_many(items)`` and ``get_many(max_items)`` move runs of items through one lock
+    acquisition each: ``put_many`` admits the items in order and blocks whenever the next
+    one does not fit, exactly like a ``put`` per item (first come, first served among
+    producers; the bounds hold at every item); ``get_many`` blocks like ``get`` while the
+    buffer is empty, then returns every ready item, at most ``max_items``, oldest first.
+
     Example::
 
         with BoundedBuffer(max_items=8, max_bytes="64MiB") as buf:
             buf.put(b"x" * 1024)
             assert buf.get() == b"x" * 1024
+            buf.put_many([1, 2, 3])
+            assert buf.get_many(8) == [1, 2, 3]
     """
 
     def __init__(
@@ -66,6 +84,10 @@ class BoundedBuffer(Engine[T]):
         super().__init__(
             lanes=1, max_items=max_items, max_bytes=max_bytes, pooled=True, sizeof=sizeof
         )
+        self._lane0 = self._lanes[0]
+        self._q = self._lane0.q
+        # exact type -> sizer, for the default sizer only (the same numbers, no dispatch)
+        self._exact: dict[type, Callable[[Any], int]] = nbytes.exact if sizeof is nbytes else {}
 
     def put(self, item: T, *, timeout_s: float | None = None, reserved: int | None = None) -> None:
         """Add ``item``, blocking while it would exceed a bound (never, with ``reserved``:
@@ -75,7 +97,117 @@ class BoundedBuffer(Engine[T]):
             BufferClosed: the buffer is (or gets) closed.
             TimeoutError: no room within ``timeout_s`` seconds.
         """
-        self._put(0, item, timeout_s, reserved)
+        sizer = self._exact.get(type(item))
+        size = sizer(item) if sizer is not None else check_size(self._sizeof(item))
+        if reserved is not None:
+            self._put(0, item, timeout_s, reserved, size)
+            return
+        with self._lock:
+            if self._closed:
+                raise BufferClosed("put() on a closed buffer")
+            n = self._items + self._reserved
+            if self._pool_waiters or (
+                n and (n >= self._max_items or self._bytes + size > self._max_bytes)
+            ):
+                self._wait_for_room(self._lane0, self._pool_waiters, size, timeout_s)
+            self._q.append((item, size))
+            self._lane0.bytes += size
+            held = self._bytes = self._bytes + size
+            n = self._items = self._items + 1
+            self._puts += 1
+            if n > self._peak_items:
+                self._peak_items = n
+            if held > self._peak_bytes:
+                self._peak_bytes = held
+            if size > self._max_bytes:
+                self._oversize += 1
+            if self._observer is not None:
+                self._observer(self)
+            if self._get_waiters:
+                self._get_waiters.popleft().wake()
+
+    def put_many(self, items: Iterable[T], *, timeout_s: float | None = None) -> None:
+        """Add ``items`` in order, as many per lock acquisition as fit, blocking whenever
+        the next one does not fit, exactly like one ``put`` per item. ``timeout_s``
+        bounds the whole call.
+
+        Raises:
+            BufferClosed: the buffer is (or gets) closed.
+            TimeoutError: no room for the next item within ``timeout_s`` seconds.
+            Either way the items before that one are in the buffer: the exception's
+            ``admitted`` attribute says how many.
+        """
+        batch = list(items)
+        exact, sizeof = self._exact, self._sizeof
+        sizes = [
+            sizer(x) if (sizer := exact.get(type(x))) is not None else check_size(sizeof(x))
+            for x in batch
+        ]
+        total = len(batch)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        lane, waiters = self._lane0, self._pool_waiters
+        done = 0
+        with self._lock:
+            if self._closed:
+                raise _admitted(BufferClosed("put_many() on a closed buffer"), 0)
+            while done < total:
+                # the run that fits now, unless producers already wait (they go first)
+                n = self._items + self._reserved
+                held = self._bytes
+                max_n, max_b = self._max_items, self._max_bytes
+                end = done
+                over = 0
+                if not waiters:
+                    fit = min(total - done, max_n - n)  # by count; then by bytes, at once:
+                    if fit > 0:
+                        run_bytes = sum(sizes[done : done + fit])
+                        if held + run_bytes <= max_b:  # each item fits, none is oversize
+                            end = done + fit
+                            n += fit
+                            held += run_bytes
+                    while end < total:  # then item by item (an oversize one alone)
+                        size = sizes[end]
+                        if n and (n >= max_n or held + size > max_b):
+                            break
+                        if size > max_b:
+                            over += 1
+                        n += 1
+                        held += size
+                        end += 1
+                if end == done:  # wait for room for the next item, like put()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    try:
+                        self._wait_for_room(lane, waiters, sizes[done], left)
+                    except (BufferClosed, TimeoutError) as exc:
+                        raise _admitted(exc, done) from None
+                    end = done + 1
+                    over = 1 if sizes[done] > self._max_bytes else 0
+                self._admit_run(batch, sizes, done, end, over)
+                done = end
+
+    def _admit_run(
+        self, batch: list[Any], sizes: list[int], start: int, end: int, over: int
+    ) -> None:
+        """Queue ``batch[start:end]``, which fits (lock held): the bounds are checked."""
+        run = sizes[start:end]
+        added = sum(run)
+        self._q.extend(zip(batch[start:end], run))
+        self._lane0.bytes += added
+        held = self._bytes = self._bytes + added
+        k = end - start
+        n = self._items = self._items + k
+        self._puts += k
+        if n > self._peak_items:
+            self._peak_items = n  # counts only grow within a run: its end is its peak
+        if held > self._peak_bytes:
+            self._peak_bytes = held
+        self._oversize += over
+        if self._observer is not None:
+            self._observer(self)
+        getters = self._get_waiters
+        while getters and k:  # one consumer per new item
+            getters.popleft().wake()
+            k -= 1
 
     def reserve(self, nbytes: int, *, timeout_s: float | None = None) -> None:
         """Take room for one item of about ``nbytes`` before building it (see ``put``)."""
@@ -92,7 +224,71 @@ class BoundedBuffer(Engine[T]):
             BufferClosed: the buffer is closed and drained.
             TimeoutError: nothing arrived within ``timeout_s`` seconds.
         """
-        return self._get(timeout_s)
+        with self._lock:
+            if not self._items:
+                self._wait_for_item(timeout_s)
+            item, size = self._q.popleft()
+            self._lane0.bytes -= size
+            self._bytes -= size
+            self._items -= 1
+            self._gets += 1
+            if self._observer is not None:
+                self._observer(self)
+            if self._pool_waiters:
+                head = self._pool_waiters[0]
+                if not head.woken:  # (a producer already woken is not woken again)
+                    head.wake()
+            return item
+
+    def get_many(self, max_items: int, *, timeout_s: float | None = None) -> list[T]:
+        """Remove and return the oldest items, at least one and at most ``max_items``:
+        blocks like ``get`` while the buffer is empty, then takes what is ready.
+
+        Raises:
+            BufferClosed: the buffer is closed and drained.
+            TimeoutError: nothing arrived within ``timeout_s`` seconds.
+            ValueError: ``max_items`` is not an int >= 1.
+        """
+        if type(max_items) is not int or max_items < 1:
+            raise ValueError(f"max_items={max_items!r} must be an int >= 1")
+        with self._lock:
+            if not self._items:
+                self._wait_for_item(timeout_s)
+            q = self._q
+            if max_items >= self._items:
+                pairs = list(q)
+                q.clear()
+            else:
+                pop = q.popleft
+                pairs = [pop() for _ in range(max_items)]
+            got, sizes = zip(*pairs)
+            freed = sum(sizes)
+            self._lane0.bytes -= freed
+            self._bytes -= freed
+            self._items -= len(pairs)
+            self._gets += len(pairs)
+            if self._observer is not None:
+                self._observer(self)
+            if self._pool_waiters:
+                self._pool_waiters[0].wake()
+            return list(got)
+
+    def __iter__(self) -> Iterator[T]:
+        """Yield items until the buffer is closed and drained."""
+        get = self.get
+        while True:
+            try:
+                item = get()
+            except BufferClosed:
+                return
+            yield item
+
+
+def _admitted(exc: BaseException, count: int) -> BaseException:
+    """``exc`` telling how many of a ``put_many``'s items are in the buffer."""
+    exc.args = (f"{exc.args[0] if exc.args else exc} ({count} items of this put_many were put)",)
+    exc.admitted = count  # type: ignore[attr-defined]
+    return exc
 
 
 class ShardedBuffer(Engine[T]):

@@ -26,9 +26,9 @@ class BufferStats:
         peak_items, peak_bytes: the most ever held at once.
         oversize: items admitted alone because they were larger than ``max_bytes``.
         puts, gets: items put and taken so far.
-        put_wait_s: total seconds producers spent blocked in ``put``.
-        get_wait_s: total seconds consumers spent blocked in ``get``.
-        empty_gets: ``get`` calls that found nothing ready and had to wait (the
+        put_wait_s: total seconds producers spent blocked in ``put`` (``put_many``).
+        get_wait_s: total seconds consumers spent blocked in ``get`` (``get_many``).
+        empty_gets: ``get`` (``get_many``) calls that found nothing ready and waited (the
             depth tuner's signal: the consumer is starved).
         lanes: one snapshot per lane (``ShardedBuffer`` only; empty otherwise).
         outside: reservations a ``Window`` granted outside the count (round robin: the

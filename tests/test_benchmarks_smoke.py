@@ -94,7 +94,7 @@ def test_ladder_benchmarks_run_tiny(mod, tmp_path, capsys):
 
 def test_buffer_benchmark_and_its_headline(tmp_path):
     report = buffer.run(out=str(tmp_path), tiny=True)
-    assert set(report["results"]) == {"ints", "tensors_4KiB"}
+    assert set(report["results"]) == {"ints", "tensors_4KiB", "ints_get_many"}
     assert_headline(report)
     assert saved(tmp_path, "buffer")["results"]["ints"]["items"] == 5_000
 
@@ -113,6 +113,7 @@ def test_bench_all_prints_one_headline_table(tmp_path, capsys):
     assert [h["workload"] for h in report["headline"]] == [
         "buffer hand-over (ints)",
         "buffer hand-over (tensors_4KiB)",
+        "buffer hand-over (ints_get_many)",
     ]
     if not torch.cuda.is_available():
         assert "gpu" in report["skipped"]

@@ -2,7 +2,9 @@
 
 An observer runs under the buffer's lock after every admission and removal and checks
 docs/design.md invariants 1 and 2 at that moment; the consumer checks no loss, no duplicates,
-per-lane FIFO and (round-robin) the deterministic order.
+per-lane FIFO and (round-robin) the deterministic order. ``BoundedBuffer`` runs once with
+single calls and once with random mixes of ``put``/``put_many`` and ``get``/``get_many``
+(a run of items admitted or removed under one lock acquisition is checked once, after it).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Checker:
             self.violations.append("item count out of sync")
         if eng._bytes != sum(ln.bytes for ln in eng._lanes):
             self.violations.append("byte count out of sync")
+        if eng._reserved == 0 and eng._bytes != sum(s for ln in eng._lanes for _, s in ln.q):
+            self.violations.append("bytes held differ from the queued items' sizes")
         if not admitted:
             return
         if eng._pooled:
@@ -58,14 +62,24 @@ class Checker:
                     self.violations.append(f"lane {i} over bound: {n} items {ln.bytes} B")
 
 
-def run_producers(put, finish, lanes_items, delays, rng_seed):
+def run_producers(put, finish, lanes_items, delays, rng_seed, put_many=None):
+    """One thread per lane; with ``put_many``, each puts runs of 1-5 items at random,
+    a run of one by ``put`` or ``put_many`` at random."""
+
     def producer(lane):
         rng = random.Random(rng_seed + lane)
+        items = lanes_items[lane]
+        i = 0
         try:
-            for item in lanes_items[lane]:
+            while i < len(items):
                 if delays[lane]:
                     time.sleep(rng.random() * delays[lane])
-                put(lane, item)
+                run = 1 if put_many is None else rng.choice([1, 1, 2, 3, 5])
+                if run == 1 and (put_many is None or rng.random() < 0.5):
+                    put(lane, items[i])
+                else:
+                    put_many(lane, items[i : i + run])
+                i += run
         except BufferClosed:
             pass
         finally:
@@ -98,7 +112,7 @@ case = st.fixed_dictionaries(
 )
 
 
-def _consume(buf, c, checker):
+def _consume(buf, c, checker, batched=False):
     got = []
     limits = sorted(c["limits"])
     rng = random.Random(c["seed"])
@@ -108,14 +122,19 @@ def _consume(buf, c, checker):
             _, mi, mb = limits.pop(0)
             lanes = getattr(buf, "lanes", 1)
             buf.set_limits(max_items=max(mi, lanes), max_bytes=mb)
-        if c["close_after"] is not None and n == c["close_after"]:
-            buf.close()
+        if c["close_after"] is not None and n >= c["close_after"] and not buf.closed:
+            buf.close()  # (>=: a get_many may step over the count)
+        k = rng.choice([0, 1, 2, 3, 7]) if batched else 0
         try:
-            item = buf.get(timeout_s=20)
+            if k:
+                items = buf.get_many(k, timeout_s=20)
+                assert 1 <= len(items) <= k, f"get_many({k}) returned {len(items)} items"
+            else:
+                items = [buf.get(timeout_s=20)]
         except BufferClosed:
             break
-        got.append(item)
-        n += 1
+        got.extend(items)
+        n += len(items)
         if c["consumer_delay"]:
             time.sleep(rng.random() * c["consumer_delay"])
     return got
@@ -140,6 +159,16 @@ def _check_common(got, lanes_items, closed_early, checker):
 @SETTINGS
 @given(c=case)
 def test_bounded_buffer_properties(c):
+    _bounded_buffer_case(c, batched=False)
+
+
+@SETTINGS
+@given(c=case)
+def test_bounded_buffer_batch_calls_properties(c):
+    _bounded_buffer_case(c, batched=True)
+
+
+def _bounded_buffer_case(c, batched):
     buf = BoundedBuffer(max_items=c["max_items"], max_bytes=c["max_bytes"], sizeof=size_of)
     checker = Checker()
     buf._observer = checker
@@ -159,9 +188,12 @@ def test_bounded_buffer_properties(c):
         lanes_items,
         c["delays"],
         c["seed"],
+        put_many=(lambda lane, xs: buf.put_many(xs, timeout_s=20)) if batched else None,
     )
-    got = _consume(buf, c, checker)
-    buf.close()
+    try:
+        got = _consume(buf, c, checker, batched)
+    finally:
+        buf.close()  # a failed check: the producers stop at once
     for t in ths:
         t.join(10)
         assert not t.is_alive()

@@ -99,3 +99,24 @@ def test_unknown_types_never_raise():
 
     assert nbytes(Plain()) == sys.getsizeof(Plain())
     assert nbytes(Weird()) > 0
+
+
+def test_exact_type_table_gives_the_generic_numbers():
+    """``nbytes.exact`` (what ``nbytes`` and ``BoundedBuffer`` use for exact built-in
+    types and tensors) gives what the generic dispatch gives."""
+    from streambuf.sizing import _NBytes, _size
+
+    reg = _NBytes()
+    t = torch.zeros(256)
+    values = [0, 1, -1, 2**30, 2**64, 10**40, True, False, 2.5, 1j, None]
+    values += ["", "abc", "héllo", "\u20ac" * 9, "\U0001f600" * 3, b"", b"abc", bytearray(9)]
+    values += [t, t[:3], torch.zeros(0), torch.zeros(3, dtype=torch.int8)]
+    for x in values:
+        assert reg(x) == _size(x, set(), reg), x
+        assert reg(x) == reg(x)  # the second call, after the table learned tensors
+    assert torch.Tensor in reg.exact
+    assert reg(t) == 1024 and reg(t[:3]) == 1024
+    for x in [0, 10**40, 2.5, None, True, "héllo"]:
+        assert reg(x) == sys.getsizeof(x)
+    reg.register(torch.Tensor)(lambda _: 7)  # a registered sizer wins over the table
+    assert torch.Tensor not in reg.exact and reg(t) == 7

@@ -3,7 +3,10 @@
 ``queue.Queue(maxsize=64)`` is what a user would otherwise write; ``BoundedBuffer``
 bounds bytes as well as items (sizing each item with ``nbytes``), so it costs more per
 item: this measures how much. Measured in one run, interleaved (Queue, Buffer, Queue,
-Buffer, ...), medians quoted, for plain ints and for 4 KiB tensors.
+Buffer, ...), medians quoted, for plain ints and for 4 KiB tensors, and for ints moved in
+runs (``ints_get_many``: the producer calls ``put_many`` with 64 items at a time, the
+consumer ``get_many(64)``; ``queue.Queue``, which has no batch calls, moves them one by
+one as in the ``ints`` row).
 
     streambuf bench buffer [--quick] [--out DIR]
 """
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 
 from ..buffer import BoundedBuffer
+from ..errors import BufferClosed
 from ._benchmark import Benchmark
 from ._report import Headline
 
@@ -67,6 +71,30 @@ def _run_buffer(items: list[Any], depth: int) -> float:
     return n / dt
 
 
+def _run_buffer_many(items: list[Any], depth: int, chunk: int = 64) -> float:
+    buf: BoundedBuffer[Any] = BoundedBuffer(max_items=depth, max_bytes="1GiB")
+
+    def produce() -> None:
+        for i in range(0, len(items), chunk):
+            buf.put_many(items[i : i + chunk])
+        buf.close()
+
+    th = threading.Thread(target=produce, daemon=True)
+    t0 = time.perf_counter()
+    th.start()
+    n = 0
+    while True:
+        try:
+            n += len(buf.get_many(chunk))
+        except BufferClosed:
+            break
+    dt = time.perf_counter() - t0
+    th.join(10)
+    if n != len(items):
+        raise RuntimeError(f"BoundedBuffer.get_many delivered {n} of {len(items)} items")
+    return n / dt
+
+
 def _measure(mode: str) -> dict[str, Any]:
     n_small = {"tiny": 5_000, "quick": 20_000, "full": 200_000}[mode]
     n_tensor = {"tiny": 1_280, "quick": 5_000, "full": 50_000}[mode]
@@ -75,12 +103,14 @@ def _measure(mode: str) -> dict[str, Any]:
         "ints": [int(i) for i in range(n_small)],
         "tensors_4KiB": [torch.empty(1024) for _ in range(64)] * (n_tensor // 64),
     }
+    cases["ints_get_many"] = cases["ints"]
     results: dict[str, Any] = {}
     for name, items in cases.items():
+        run_buffer = _run_buffer_many if name.endswith("get_many") else _run_buffer
         q_rates, b_rates = [], []
         for _ in range(repeats):
             q_rates.append(_run_queue(items, 64))
-            b_rates.append(_run_buffer(items, 64))
+            b_rates.append(run_buffer(items, 64))
         q_med, b_med = statistics.median(q_rates), statistics.median(b_rates)
         results[name] = {
             "items": len(items),
@@ -109,7 +139,10 @@ BENCHMARK = Benchmark(
             streambuf=x["buffer_median"],
             peer=x["queue_median"],
             peer_name="queue.Queue(maxsize=64)",
-            how="one producer and one consumer thread; BoundedBuffer also sizes every item",
+            how=(
+                "one producer and one consumer thread; BoundedBuffer also sizes every item"
+                + ("; put_many/get_many, 64 at a time" if name.endswith("get_many") else "")
+            ),
         )
         for name, x in r["results"].items()
     ],
