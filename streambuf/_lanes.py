@@ -2,16 +2,17 @@
 
 A threaded map (``ThreadPrefetcher``), the torchdata nodes (``streambuf.nodes``), the shard
 readers of ``shards()`` and the video lanes of ``video.clips()`` all run the same loop:
-``K`` threads, lane ``t`` draining its own work iterator into one ``Window``
-(``streambuf.window``) that the consumer iterates.
+``K`` threads, lane ``t`` draining its own work iterator into one window that the
+consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool, or a
+``ShardedBuffer``, a slice per lane).
 
 * **Reserve before build.** Before asking its iterator for the next item, a lane reserves
   room for it (its estimate: the largest item any lane has made, or the lane's share of
   the byte bound before the first one), so the item being built counts against
   ``max_bytes``/``max_items`` like a queued one; ``commit`` turns the reservation into
-  the item; ``release`` gives it back when the iterator made nothing. The window's one
-  pool bounds what is built and what is held (its docstring: oversize admitted alone,
-  counted; a result larger than its room waits for room in its thread).
+  the item; ``release`` gives it back when the iterator made nothing. The window bounds
+  what is built and what is held (oversize admitted alone, counted; a result larger
+  than its room waits for room in its thread).
 * **Order.** The window's: ``"round_robin"`` (lanes in turn, deterministic),
   ``"sequence"`` (numbered works yield ``(seq, item)``: producers sharing one source) or
   ``"first_ready"`` (arrival order).

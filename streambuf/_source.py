@@ -7,7 +7,7 @@ particular samples back by ``(index, hint)`` (a hint is how to get there cheaply
 member's byte offset, a video's clip count; None means "count from the start").
 
 ``SourceRun`` reads a slot's shard list (its ``Assignment``) with ``lanes`` threads
-through the one ``LaneRunner`` into a ``Window`` (or inline, ``lanes == 0``), keeps the slot's sample share
+through the one ``LaneRunner`` into a ``ShardedBuffer`` (a slice per lane) (or inline, ``lanes == 0``), keeps the slot's sample share
 (``stride``/``offset``), and hands out ``Rec`` objects, recording each in the ``Ledger``.
 
 An access with ``threaded = False`` (plain items, ``expand``) is read inline, in the
@@ -44,10 +44,9 @@ from ._counters import PipelineStats
 from ._identity import shard_name
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
-from .buffer import Order
+from .buffer import Order, ShardedBuffer
 from .sharding import Assignment, assign
 from .sizing import nbytes
-from .window import Window
 
 if TYPE_CHECKING:
     from .sharding import Sharding
@@ -230,10 +229,12 @@ class SourceRun:
         runner = None
         self._runner: LaneRunner[Any] | None = None
         if getattr(self.access, "threaded", True):
-            window: Window[Any] = Window(
+            # a slice of the bounds per lane (ShardedBuffer): the pooled round-robin
+            # Window measured ~20% fewer samples/s on fast local shards (docs/design.md)
+            window: ShardedBuffer[Any] = ShardedBuffer(
                 lanes=self.lanes,
                 order=self.order,
-                max_items=self.max_items,
+                max_items=max(self.max_items, self.lanes),
                 max_bytes=self.max_bytes,
                 start_lane=self._next_lane,
             )

@@ -323,6 +323,7 @@ class ShardedBuffer(Engine[T]):
         if order not in ("round_robin", "first_ready"):
             raise ValueError(f"order={order!r} must be 'round_robin' or 'first_ready'")
         self.order: Order = order
+        self._reserved_by: dict[int, int] = {}  # lane -> its last reservation
         super().__init__(
             lanes=lanes,
             max_items=max_items,
@@ -354,11 +355,36 @@ class ShardedBuffer(Engine[T]):
         """Take room in ``lane`` for one item of about ``nbytes`` before building it."""
         self._lane_index(lane)
         self._reserve(lane, nbytes, timeout_s)
+        self._reserved_by[lane] = nbytes  # what commit/release give back
 
     def cancel(self, lane: int, nbytes: int) -> None:
         """Give back a reservation of ``lane`` that produced no item."""
         self._lane_index(lane)
         self._cancel(lane, nbytes)
+
+    # -- the runner's window protocol (streambuf.window.LaneWindow) ----------------------
+    def share(self, lane: int) -> int:
+        """Lane ``lane``'s slice of the byte bound (pooled: an even share): a lane's
+        first size estimate, before it has made any item."""
+        return self._lane_limit(lane)
+
+    def commit(self, lane: int, item: T, size: int, *, seq: int | None = None) -> None:
+        """``item`` (``size`` bytes, measured by the caller) replaces ``lane``'s last
+        ``reserve``; larger than it, it gives the room back and waits for room at its
+        real size (alone in an empty lane, counted in ``oversize``). ``seq`` is unused:
+        the lane order decides."""
+        est = self._reserved_by.pop(lane)
+        if size <= est:
+            self._put(lane, item, None, est, size)
+        else:
+            self._cancel(lane, est)
+            self._put(lane, item, None, None, size)
+
+    def release(self, lane: int) -> None:
+        """Give back ``lane``'s last ``reserve`` (it made no item)."""
+        est = self._reserved_by.pop(lane, None)
+        if est is not None:
+            self._cancel(lane, est)
 
     def _lane_index(self, lane: int) -> None:
         if not 0 <= lane < self._nlanes:

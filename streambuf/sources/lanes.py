@@ -6,7 +6,7 @@ The building block under ``shards()``, usable alone: the same lanes
 
 * ``order="round_robin"`` (default): shard ``i`` goes to lane ``i % lanes`` and the window
   delivers lane 0, 1, ..., so the output order is a function of the URL list alone,
-  whatever the timing; one pooled budget (``streambuf.window``: deadlock-free).
+  whatever the timing; the byte and item budgets are split per lane (deadlock-free).
 * ``order="first_ready"``: a lane takes the next unclaimed shard when it needs one and
   samples come out as they arrive; one pooled budget; order depends on timing.
 

@@ -320,6 +320,13 @@ MUTANTS = [
         "tests/test_window.py::test_round_robin_keeps_room_for_the_head_lane",
     ),
     m(
+        "sharded window: a lane's result larger than its reservation kept in it",
+        "streambuf/buffer.py",
+        "        if size <= est:\n            self._put(lane, item, None, est, size)",
+        "        if True:\n            self._put(lane, item, None, est, size)",
+        "tests/test_window.py::test_a_sharded_buffer_speaks_the_window_protocol_within_its_slices",
+    ),
+    m(
         "window: round robin drops a finished lane before it is drained",
         "streambuf/window.py",
         "if key in self._results or not self._done[lane]:",
