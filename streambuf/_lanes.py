@@ -168,14 +168,8 @@ class LaneRunner(Generic[T]):
             raise RuntimeError(f"{self.name}: can be iterated only once")
         self._started = True
         self.start()
-        get = self.window.get
         try:
-            while True:
-                try:
-                    item = get()
-                except BufferClosed:
-                    return
-                yield item
+            yield from self.window  # ends when every lane finished and was drained
         finally:
             self.close()
 

@@ -229,10 +229,9 @@ def test_a_round_robin_head_waits_outside_the_count_and_is_counted_so() -> None:
     assert check.violations == []  # outside reservations (if any) were never counted
 
 
-def test_the_awaited_item_reserves_outside_when_sizes_grew_since_room_was_left() -> None:
-    # step by step: lane 1's result grows past its room and fills the window; lane 0's
-    # next reservation (the largest size so far) then finds no room while the consumer
-    # waits for exactly that item: it must reserve outside the count (else a deadlock)
+def grown_window(*, lane1_ends: bool) -> tuple[Window, Checker]:
+    """Lane 1's result grew past its room and fills the window after a0 and b0 were
+    taken: lane 0's next reservation (the largest size so far, 80) finds no room."""
     w: Window = Window(lanes=2, max_items=10, max_bytes=100, order="round_robin")
     check = Checker()
     w._observer = check
@@ -242,46 +241,14 @@ def test_the_awaited_item_reserves_outside_when_sizes_grew_since_room_was_left()
     w.commit(1, "b0", 10)
     w.reserve(1, 10)
     w.commit(1, "b1", 80)  # larger than its room; it fits, so it is admitted
+    if lane1_ends:
+        w.finish(1)
     assert [w.get(), w.get()] == ["a0", "b0"]
-
-    def lane0() -> None:
-        w.reserve(0, 80)  # 80 held + 80 > 100: no room
-        w.commit(0, "a1", 80)
-        w.finish(0)
-
-    got: list = []
-    producer = threading.Thread(target=lane0, daemon=True)
-    consumer = threading.Thread(target=lambda: got.append(w.get()), daemon=True)
-    producer.start()
-    time.sleep(0.05)  # lane 0 waits for room
-    consumer.start()
-    consumer.join(5)
-    producer.join(5)
-    hung = consumer.is_alive() or producer.is_alive()
-    w.close()
-    assert not hung and got == ["a1"]
-    assert w.stats().outside == 1 and check.violations == []
+    return w, check
 
 
-def test_an_outside_reservation_given_back_was_never_counted() -> None:
-    # as above, but lane 0's stream ends instead: its outside reservation is released
-    w: Window = Window(lanes=2, max_items=10, max_bytes=100, order="round_robin")
-    check = Checker()
-    w._observer = check
-    w.reserve(1, 10)
-    w.reserve(0, 10)
-    w.commit(0, "a0", 10)
-    w.commit(1, "b0", 10)
-    w.reserve(1, 10)
-    w.commit(1, "b1", 80)
-    w.finish(1)
-    assert [w.get(), w.get()] == ["a0", "b0"]
-
-    def lane0() -> None:
-        w.reserve(0, 80)  # granted outside once the consumer waits for it
-        w.release(0)  # its stream ended: nothing made
-        w.finish(0)
-
+def race(w: Window, lane0) -> list:  # type: ignore[no-untyped-def]
+    """Lane 0 starts and waits for room; then the consumer asks for one item."""
     got: list = []
     producer = threading.Thread(target=lane0, daemon=True)
     consumer = threading.Thread(target=lambda: got.append(w.get()), daemon=True)
@@ -292,7 +259,34 @@ def test_an_outside_reservation_given_back_was_never_counted() -> None:
     producer.join(5)
     hung = consumer.is_alive() or producer.is_alive()
     w.close()
-    assert not hung and got == ["b1"]
+    assert not hung, "a hang"
+    return got
+
+
+def test_the_awaited_item_reserves_outside_when_sizes_grew_since_room_was_left() -> None:
+    # the consumer waits for exactly lane 0's next item: it must reserve outside the
+    # count (else a deadlock)
+    w, check = grown_window(lane1_ends=False)
+
+    def lane0() -> None:
+        w.reserve(0, 80)  # 80 held + 80 > 100: no room
+        w.commit(0, "a1", 80)
+        w.finish(0)
+
+    assert race(w, lane0) == ["a1"]
+    assert w.stats().outside == 1 and check.violations == []
+
+
+def test_an_outside_reservation_given_back_was_never_counted() -> None:
+    # as above, but lane 0's stream ends instead: its outside reservation is released
+    w, check = grown_window(lane1_ends=True)
+
+    def lane0() -> None:
+        w.reserve(0, 80)  # granted outside once the consumer waits for it
+        w.release(0)  # its stream ended: nothing made
+        w.finish(0)
+
+    assert race(w, lane0) == ["b1"]
     assert w.stats().outside == 1 and check.violations == []
 
 
