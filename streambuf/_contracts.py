@@ -53,6 +53,7 @@ class ReaderRun:
     access: Access
     lanes: int
     order: Order = "round_robin"
+    adaptive: bool = False  # lanes <-> inline, by measurement (streambuf._inline)
     max_items: int = 64
     max_bytes: int = 256 << 20
     name: str = "source"

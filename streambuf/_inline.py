@@ -16,6 +16,8 @@ second, downstream work included) and keeps the faster:
    as soon as it is behind the threaded pace by two items (a 10 ms sleep costs one
    item: the probe of a waiting function is nearly free); inline is kept if its rate
    beats ``r_thr`` by ``margin``;
+   (``start_inline=True``: begin at 3, kept inline, when inline is the likely winner:
+   a lane thread's start-up then never delays the first item);
 3. the kept mode is re-checked after ``interval`` seconds (the other mode measured
    again the same way); the interval doubles each time a check confirms the mode (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the mode changes.
@@ -47,6 +49,7 @@ class InlineChooser:
         min_interval_s: float = 1.0,
         max_interval_s: float = 30.0,
         clock: Callable[[], float] = time.perf_counter,
+        start_inline: bool = False,
     ) -> None:
         self.window = max(4, int(window))
         self.margin = margin
@@ -64,6 +67,9 @@ class InlineChooser:
         self._interval = min_interval_s
         self._decided_at = self._t0
         self._prefer_inline = False  # the mode the last comparison chose
+        if start_inline:  # inline first; threads are measured after ``min_interval_s``
+            self.inline = self._prefer_inline = True
+            self._start("keep_inline")
 
     @property
     def state(self) -> str:

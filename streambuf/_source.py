@@ -13,6 +13,14 @@ through the one ``LaneRunner`` into a ``ShardedBuffer`` (a slice per lane) (or i
 An access with ``threaded = False`` (plain items, ``expand``) is read inline, in the
 consumer's thread, as one lane.
 
+**Lanes or inline** (``adaptive=True``: ``shards()``'s default): each lane's reader is a
+generator kept across modes, driven by its lane thread or by the consumer, whichever an
+``InlineChooser`` measures faster (a local file's samples cost microseconds: the
+hand-off costs more than the overlap gains; a remote one waits). The order is the same
+either way: a threaded phase ends with every lane at the same count of items made since
+it began (a lane inside a read counts), so the buffer drains whole rounds; the inline
+reader continues round robin from the lane due next. Local files start inline.
+
 **Cursor** (``cursor()``, under the ledger's lock): per lane, where the consumer side is:
 ``[slot_index, next_index, next_hint]`` (``slot_index`` in the slot's shard list) or
 None before its first sample; plus the round-robin lane due next, or, for
@@ -34,7 +42,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,9 +50,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._access import ExpandAccess, ItemAccess
 from ._counters import PipelineStats
 from ._identity import shard_name
+from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
 from .buffer import Order, ShardedBuffer
+from .errors import add_note
 from .sharding import Assignment, assign
 from .sizing import nbytes
 
@@ -88,6 +98,7 @@ class SourceRun:
         pending: list[list[Any]] | None = None,
         progress: Any = None,
         join_timeout_s: float = 1.0,
+        adaptive: bool = False,
     ) -> None:
         self.access = access
         self.shard_ids = list(shard_ids)
@@ -121,6 +132,21 @@ class SourceRun:
         }
         self._seq = 0
         self._reading: list[int | None] = [None] * k  # the shard each lane is on
+        # lanes or inline, by measurement (streambuf._inline); local files start inline
+        self.chooser: InlineChooser | None = None
+        if adaptive and getattr(access, "threaded", True):
+            is_local = getattr(access, "is_local", None)
+            local = bool(self.shard_ids and is_local is not None and is_local(self.shard_ids[0]))
+            self.chooser = InlineChooser(max(4 * k, 32), start_inline=local)
+        self.inline_items = 0  # samples read in the consumer's thread
+        self._runner: LaneRunner[Any] | None = None  # the current threaded phase's
+        self._gate = threading.Lock()  # lanes' counts and the stop point of a phase
+        self._gens: list[Generator[Any, None, None]] = []
+        self._done: list[bool] = []
+        self._made: list[int] = []
+        self._driving: list[bool] = []
+        self._stop_at: int | None = None
+        self._closing = False
 
     # -- the slot's share and what is already done ----------------------------------------
     def _keep(self, shard: int, index: int) -> bool:
@@ -158,7 +184,7 @@ class SourceRun:
             else:
                 yield i, 0, None
 
-    def _work(self, lane: int) -> Iterator[tuple[int, int, int, Any, Any, Any]]:
+    def _work(self, lane: int) -> Generator[tuple[int, int, int, Any, Any, Any], None, None]:
         todo = (
             (i, *self._entry(self.shard_ids[i], index, hint))
             for i, index, hint in self._lane_shards(lane)
@@ -226,46 +252,145 @@ class SourceRun:
         if not self.shard_ids:
             yield from self._replayed()
             return
-        runner = None
-        self._runner: LaneRunner[Any] | None = None
-        if getattr(self.access, "threaded", True):
-            # a slice of the bounds per lane (ShardedBuffer): the pooled round-robin
-            # Window measured ~20% fewer samples/s on fast local shards (docs/design.md)
-            window: ShardedBuffer[Any] = ShardedBuffer(
-                lanes=self.lanes,
-                order=self.order,
-                max_items=max(self.max_items, self.lanes),
-                max_bytes=self.max_bytes,
-                start_lane=self._next_lane,
-            )
-            runner = LaneRunner(
-                [functools.partial(self._work, t) for t in range(self.lanes)],
-                window=window,
-                name=self.name,
-                join_timeout_s=self.join_timeout_s,
-                on_close=self.access.close,
-                stops_when="when its read returns",
-                sizeof=_sizeof_of(self.sizeof),
-                describe=self._describe,
-            )
-            runner.start()
-            self._runner = runner
+        k = max(1, self.lanes)
+        self._gens = [self._work(t) for t in range(k)]  # each lane's reader, kept across modes
+        self._done = [False] * k  # lane's reader exhausted
+        threaded = getattr(self.access, "threaded", True)
+        chooser = self.chooser if threaded else None
         try:
             yield from self._replayed()
-            items = runner if runner is not None else self._work(0)
-            k = max(1, self.lanes)
-            for lane, i, j, h0, h1, value in items:
-                with self.ledger.lock:
-                    rec = self._issue((self.shard_ids[i], j), h0, value)
-                    self._cur[lane] = [i, j + 1, h1]
-                    self._next_lane = (lane + 1) % k
-                    self._seen.add(i)
-                yield rec
+            while not all(self._done):
+                if not threaded or (chooser is not None and chooser.inline):
+                    yield from self._inline(chooser)
+                else:
+                    yield from self._threaded(chooser)
+                    if chooser is not None and chooser.state == "drain":
+                        chooser.drained()  # every lane stopped at a round's end, drained
         finally:
+            runner = self._runner
             if runner is not None:
                 runner.close()
-            else:
-                self.access.close()
+            for gen in self._gens:
+                try:
+                    gen.close()
+                except ValueError:  # still running on a thread stuck in I/O (logged)
+                    pass
+            self.access.close()
+
+    def _deliver(self, item: tuple[int, int, int, Any, Any, Any]) -> Rec:
+        lane, i, j, h0, h1, value = item
+        with self.ledger.lock:
+            rec = self._issue((self.shard_ids[i], j), h0, value)
+            self._cur[lane] = [i, j + 1, h1]
+            self._next_lane = (lane + 1) % len(self._gens)
+            self._seen.add(i)
+        return rec
+
+    def _inline(self, chooser: InlineChooser | None) -> Iterator[Rec]:
+        """Drive the lanes' readers in the consumer's thread, in the order the lanes'
+        buffer would deliver (round robin from ``_next_lane``, an exhausted lane skipped),
+        until ``chooser`` turns to threads."""
+        k = len(self._gens)
+        while not all(self._done):
+            lane = self._next_lane
+            while self._done[lane]:
+                lane = (lane + 1) % k
+            try:
+                item = next(self._gens[lane])
+            except StopIteration:
+                self._done[lane] = True
+                self._next_lane = (lane + 1) % k
+                continue
+            except BaseException as exc:
+                what = self._describe(lane)
+                add_note(
+                    exc,
+                    f"streambuf: raised in stage {self.name!r} on lane {lane} (inline, in "
+                    "the consumer's thread)" + (f" {what}" if what else ""),
+                )
+                raise
+            self.inline_items += 1
+            yield self._deliver(item)
+            if chooser is not None and chooser.tick() == "resume":
+                return
+
+    def _threaded(self, chooser: InlineChooser | None) -> Iterator[Rec]:
+        """One phase of lane threads: until the readers end, or ``chooser`` asks for a
+        pause; then every lane stops at the end of one round (the same count of items
+        since the phase began), so the buffer drains in exactly the order the inline
+        reader continues from."""
+        k = len(self._gens)
+        self._made = [0] * k
+        self._driving = [False] * k
+        self._stop_at = None
+        self._closing = False
+        # a slice of the bounds per lane (ShardedBuffer): the pooled round-robin
+        # Window measured ~20% fewer samples/s on fast local shards (docs/design.md)
+        window: ShardedBuffer[Any] = ShardedBuffer(
+            lanes=k,
+            order=self.order,
+            max_items=max(self.max_items, k),
+            max_bytes=self.max_bytes,
+            start_lane=self._next_lane,
+        )
+        runner = LaneRunner(
+            [functools.partial(self._gated, t) for t in range(k)],
+            window=window,
+            name=self.name,
+            join_timeout_s=self.join_timeout_s,
+            on_close=self._stop_lanes,
+            stops_when="when its read returns",
+            sizeof=_sizeof_of(self.sizeof),
+            describe=self._describe,
+        )
+        self._runner = runner
+        runner.start()
+        try:
+            for item in runner:
+                yield self._deliver(item)
+                if chooser is not None and chooser.tick() == "pause":
+                    with self._gate:  # every lane stops once it made this many
+                        self._stop_at = max(m + d for m, d in zip(self._made, self._driving))
+        finally:
+            runner.close()
+
+    def _gated(self, lane: int) -> Iterator[tuple[int, int, int, Any, Any, Any]]:
+        """Lane ``lane``'s reader as driven by its thread in one threaded phase: it stops
+        (ending the lane's part of the phase) when it made ``_stop_at`` items."""
+        gen = self._gens[lane]
+        gate = self._gate
+        while True:
+            with gate:
+                if self._closing or self._done[lane]:
+                    return
+                if self._stop_at is not None and self._made[lane] >= self._stop_at:
+                    return
+                self._driving[lane] = True
+            try:
+                item = next(gen)
+            except StopIteration:
+                with gate:
+                    self._driving[lane] = False
+                    self._done[lane] = True
+                return
+            except BaseException:
+                with gate:
+                    self._driving[lane] = False
+                raise
+            with gate:  # counted with the same lock the stop point is computed under
+                self._driving[lane] = False
+                self._made[lane] += 1
+            yield item
+
+    def _stop_lanes(self) -> None:
+        """A phase's runner closes: lanes take no further step; a lane inside a read (the
+        consumer left mid-phase) is aborted. A phase that ended at its stop point has no
+        lane inside a read, and the access stays open for the next phase."""
+        with self._gate:
+            self._closing = True
+            busy = any(self._driving)
+        if busy:
+            self.access.close()
 
     def _replayed(self) -> Iterator[Rec]:
         if not self._pending:
@@ -284,7 +409,7 @@ class SourceRun:
 
     def buffer_stats(self) -> Any:
         """The lanes' buffer (``BufferStats``), or None when read inline."""
-        runner = getattr(self, "_runner", None)
+        runner = self._runner
         return runner.stats() if runner is not None else None
 
     def cursor(self) -> dict[str, Any]:
@@ -386,6 +511,7 @@ class SequenceSource:
             lanes = dict(
                 lanes=run.lanes,
                 order=run.order,
+                adaptive=run.adaptive,
                 max_items=run.max_items,
                 max_bytes=run.max_bytes,
                 name=run.name,

@@ -274,6 +274,8 @@ class TeeRaw(io.RawIOBase):
 class EntryRaw(_RawBase):
     """Reads an entry through ``fd`` (which holds the entry's ``LOCK_SH`` until closed)."""
 
+    local = True
+
     def __init__(
         self, fd: int, path: Path, *, url: str, size: int, on_bytes: Callable[[int], None]
     ) -> None:

@@ -177,6 +177,13 @@ class ShardCache:
     def stats(self) -> CacheStats:
         return self.counters.snapshot()
 
+    def holds(self, url: str) -> bool:
+        """The manifest lists an entry of ``url`` (a hint: opening it checks it)."""
+        try:
+            return self.key(url) in self._m.snapshot()["entries"]
+        except Unavailable:
+            return False
+
     def usage(self) -> int:
         """Bytes of entries plus reservations, as the manifest records them now."""
         return used_bytes(self._m.read())

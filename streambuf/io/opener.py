@@ -101,6 +101,8 @@ class _FsspecRaw(_RawBase):
 
 
 class _LocalRaw(_RawBase):
+    local = True
+
     def _connect(self, offset: int) -> None:
         path = (
             self._target[len("file://") :] if self._target.startswith("file://") else self._target
@@ -143,6 +145,12 @@ class ShardReader(io.BufferedReader):
     @property
     def retries(self) -> int:
         return self.raw.retries
+
+    @property
+    def local(self) -> bool:
+        """True when the bytes come from a local file (a path, ``file://``, a cache
+        entry): opening another costs microseconds, so nothing is read ahead."""
+        return bool(getattr(self.raw, "local", False))
 
     @property
     def content_type(self) -> str | None:

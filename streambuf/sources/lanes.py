@@ -79,6 +79,7 @@ class ShardStream:
             ledger=_Forgetful(),
             lanes=lanes,
             order=options.order,
+            adaptive=options.adaptive,
             stride=self._stride,
             offset=self._offset,
             max_items=max(options.max_items, lanes),

@@ -37,6 +37,7 @@ class ShardOptions:
     max_items: int = 64
     max_bytes: int | str = "256MiB"
     order: Order = "round_robin"
+    adaptive: bool = True
     max_concurrent_io: int | None = None
     readahead_bytes: int | str = "1MiB"
     on_error: OnError = "raise"
@@ -61,6 +62,8 @@ class ShardOptions:
         parse_count(self.max_items, name="max_items")
         put(self, "max_bytes", parse_bytes(self.max_bytes, name="max_bytes"))
         check_choice(self.order, name="order", choices=("round_robin", "first_ready"))
+        if not isinstance(self.adaptive, bool):
+            raise TypeError(f"adaptive={self.adaptive!r} must be True or False")
         if self.max_concurrent_io is not None:
             parse_count(self.max_concurrent_io, name="max_concurrent_io")
         ra = parse_bytes(self.readahead_bytes, name="readahead_bytes", allow_zero=True)

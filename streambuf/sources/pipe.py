@@ -194,6 +194,7 @@ class TarReader:
             access=access,
             lanes=lanes,
             order=o.order,
+            adaptive=o.adaptive,
             max_items=max(o.max_items, lanes),
             max_bytes=self.buffer_bytes(stage_bytes, lanes=lanes),
             name="shards",
@@ -214,6 +215,7 @@ def shards(
     max_items: int = 64,
     max_bytes: int | str = "256MiB",
     order: Order = "round_robin",
+    adaptive: bool = True,
     max_concurrent_io: int | None = None,
     readahead_bytes: int | str = "1MiB",
     on_error: OnError = "raise",
@@ -252,6 +254,10 @@ def shards(
             ``max_bytes`` comes from the Loader's budget; see the module docstring).
         order: ``"round_robin"`` (deterministic) or ``"first_ready"`` (no head-of-line
             blocking; order depends on timing).
+        adaptive: read in the worker's own thread while that measures faster than the
+            lane threads (cheap local reads: the hand-off costs more than the overlap
+            gains), the same order, bounds and resume state; re-measured now and then.
+            Local files start inline. False: always the lane threads.
         max_concurrent_io: requests/reads in flight per worker at most (None: ``lanes``
             plus readahead).
         readahead_bytes: bytes of a lane's next shard fetched before it is needed (0: off).

@@ -8,7 +8,7 @@ from tests.planted._mutant import Mutant
 
 __all__ = ["Mutant", "all_mutants"]
 
-GROUPS = ("core", "reliability", "options", "cache", "wds", "tests2", "tests2b", "arch")
+GROUPS = ("core", "reliability", "options", "cache", "wds", "tests2", "tests2b", "arch", "cost")
 
 
 def all_mutants() -> list[Mutant]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import random
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -73,3 +74,22 @@ def member_offsets(path: Path) -> dict[str, int]:
     """Member name -> byte offset of its data in the (uncompressed) tar file."""
     with tarfile.open(path) as tf:
         return {m.name: m.offset_data for m in tf.getmembers()}
+
+
+@contextmanager
+def switching_lanes() -> Iterator[None]:
+    """Shard lanes that switch between threads and inline every few samples (every
+    ``SourceRun`` built inside, and in DataLoader workers forked inside): the order,
+    exactly-once and resume oracles then cover both modes and the switch itself."""
+    import streambuf._source as source_mod
+    from streambuf._inline import InlineChooser
+
+    def switchy(window: int, **kw: object) -> InlineChooser:
+        return InlineChooser(4, min_window_s=0.0, min_interval_s=0.0, max_interval_s=0.0)
+
+    saved = source_mod.InlineChooser
+    source_mod.InlineChooser = switchy  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        source_mod.InlineChooser = saved  # type: ignore[misc]

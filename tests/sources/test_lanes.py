@@ -4,6 +4,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,7 +86,8 @@ def test_readahead_hides_the_next_shards_latency(http_server: FaultyServer) -> N
 def test_byte_bound_respected(tmp_path: Path) -> None:
     make_shards(tmp_path, 4, 30, payload=20_000)
     urls = sorted(str(p) for p in tmp_path.glob("*.tar"))
-    stream = stream_shards(urls, lanes=2, max_items=64, max_bytes=100_000)
+    # adaptive=False: local files would be read inline, with no buffer to bound
+    stream = stream_shards(urls, lanes=2, max_items=64, max_bytes=100_000, adaptive=False)
     n = 0
     for _ in stream:
         time.sleep(0.002)  # a slow consumer: the lanes run ahead until the bound holds them
@@ -210,3 +212,31 @@ def test_stride_offset_bad_values() -> None:
         stream_shards(["a.tar"], stride=0)
     with pytest.raises(ValueError, match="offset"):
         stream_shards(["a.tar"], offset=-1)
+
+
+def test_local_shards_are_not_read_ahead(
+    tmp_path: Path, http_server: FaultyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local file or a cache entry opens in microseconds: no helper thread per shard
+    (it cost a third of the read rate); a remote shard still is read ahead."""
+    import streambuf.sources.access as access_mod
+
+    started: list[int] = []
+
+    class Counted(access_mod._Ahead):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            started.append(1)
+            super().__init__(*args, **kw)
+
+    monkeypatch.setattr(access_mod, "_Ahead", Counted)
+    urls = [str(p) for p in make_shards(tmp_path / "local", 4, 30, payload=20_000)]
+    opts = dict(lanes=1, readahead_bytes="1MiB", adaptive=False, **FAST)
+    assert len(list(stream_shards(urls, **opts))) == 120
+    assert started == []
+    remote = urls_of(http_server, 4)
+    cache = dict(cache_dir=str(tmp_path / "cache"), cache_limit="1GiB")
+    n = len(list(stream_shards(remote, **opts, **cache)))  # epoch 1 fills the cache
+    assert n > 0 and len(started) >= 3  # remote: every next shard read ahead
+    del started[:]
+    assert len(list(stream_shards(remote, **opts, **cache))) == n  # epoch 2: entries
+    assert started == []

@@ -1,0 +1,51 @@
+"""The planted bugs of "Per-sample cost": shard lanes switching to and from inline reads
+(the order and exactly-once across a switch), and no read-ahead thread for local files.
+Each must make the tests named beside it fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+ADAPTIVE = "tests/sources/test_adaptive_lanes.py"
+
+_m = planted("cost")
+
+MUTANTS = [
+    _m(
+        "adaptive lanes: a pause stops at once, dropping what the lanes' buffer holds",
+        "streambuf/_source.py",
+        "                        self._stop_at = max(m + d for m, d in zip(self._made, "
+        "self._driving))",
+        "                        self._stop_at = max(m + d for m, d in zip(self._made, "
+        "self._driving))\n                    return",
+        f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
+    ),
+    _m(
+        "adaptive lanes: the inline reader starts at lane 0, not the lane due next",
+        "streambuf/_source.py",
+        "            lane = self._next_lane\n            while self._done[lane]:",
+        "            lane = 0\n            while self._done[lane]:",
+        f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
+    ),
+    _m(
+        "adaptive lanes: lanes stop at the count made, not counting the one being read",
+        "streambuf/_source.py",
+        "max(m + d for m, d in zip(self._made, self._driving))",
+        "min(self._made)",
+        f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
+    ),
+    _m(
+        "local files start on the lane threads",
+        "streambuf/_source.py",
+        "self.chooser = InlineChooser(max(4 * k, 32), start_inline=local)",
+        "self.chooser = InlineChooser(max(4 * k, 32), start_inline=False)",
+        f"{ADAPTIVE}::test_local_files_start_inline_without_threads",
+    ),
+    _m(
+        "a local file's next shard is read ahead on a helper thread",
+        "streambuf/sources/access.py",
+        "        if stream.local:",
+        "        if False:",
+        "tests/sources/test_lanes.py::test_local_shards_are_not_read_ahead",
+    ),
+]
