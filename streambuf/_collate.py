@@ -90,6 +90,7 @@ class _Builder:
                 offset += size
             else:
                 leaf[1] = _alloc(elem, self.n)
+            leaf.append(leaf[1].unbind(0))  # the rows, as views, made in one call
 
     def add(self, x: Any) -> None:
         self._add(self.template, x, self.count)
@@ -98,16 +99,22 @@ class _Builder:
     def _add(self, plan: Any, x: Any, i: int) -> None:
         kind = plan[0]
         if kind == "t":
-            if isinstance(x, np.ndarray):
-                x = torch.from_numpy(x)
-            if not isinstance(x, torch.Tensor) or x.shape != plan[2] or x.dtype != plan[3]:
+            if type(x) is not torch.Tensor:
+                if isinstance(x, np.ndarray):
+                    x = torch.from_numpy(x)
+                if not isinstance(x, torch.Tensor):
+                    raise _Mismatch
+            if x.shape != plan[2] or x.dtype != plan[3]:
                 raise _Mismatch
-            plan[1][i].copy_(x)
+            plan[4][i].copy_(x)  # row i of the batch (views made once: ``_allocate``)
         elif kind == "d":
             if not isinstance(x, dict) or x.keys() != plan[1].keys():
                 raise _Mismatch
             for k, sub in plan[1].items():
-                self._add(sub, x[k], i)
+                if sub[0] == "v":  # a plain value, gathered here (no call per field)
+                    sub[1].append(x[k])
+                else:
+                    self._add(sub, x[k], i)
         elif kind == "l":
             if not isinstance(x, tuple | list) or len(x) != len(plan[1]):
                 raise _Mismatch

@@ -68,6 +68,9 @@ _NO_DATA = {b"1": "hard link", b"2": "symlink", b"3": "device", b"4": "device"}
 _NO_DATA |= {b"5": "directory", b"6": "FIFO"}
 _NUMBERS = {"mode": (100, 108), "uid": (108, 116), "gid": (116, 124), "mtime": (136, 148)}
 _NUMBERS |= {"devmajor": (329, 337), "devminor": (337, 345)}
+# mode, uid, gid, mtime and dev fields (header bytes 100-124, 136-148, 329-345) already
+# checked: a tar's members mostly share them, so each distinct value is parsed once
+_VALID_NUMBERS: set[bytes] = set()
 _OCTAL = re.compile(rb"[0-7]*")
 _PAX_RECORD = re.compile(rb"([0-9]{1,20}) ([^=]+)=")
 _PAX_CHARSET = re.compile(rb"\d+ hdrcharset=([^\n]+)\n")
@@ -93,6 +96,7 @@ class _Input:
         self._f = fileobj
         self._max = max_bytes
         self.pos = 0  # bytes of the (decompressed) tar stream consumed
+        self.owed = 0  # padding after the last member's data, skipped by ``header()``
         head = self._raw(2)
         self._pending = head
         self._gz: Any = zlib.decompressobj(31) if head == _GZIP_MAGIC else None
@@ -141,10 +145,14 @@ class _Input:
                 data = self._inflate(n)
             except zlib.error as exc:
                 raise _TarError(f"corrupt gzip stream: {exc}") from exc
-        else:
+        elif self._pending:
             data = self._pending[:n]
             self._pending = self._pending[n:]
             if len(data) < n:
+                data += self._raw(n - len(data))
+        else:  # the common case: one call, a full read unless the stream ends or is split
+            data = self._f.read(n)
+            if 0 < len(data) < n:
                 data += self._raw(n - len(data))
         self.pos += len(data)
         if self._max is not None and self.pos > self._max:
@@ -153,6 +161,17 @@ class _Input:
                 "(a decompression bomb or a limit set too low)"
             )
         return data
+
+    def header(self) -> bytes:
+        """The next 512-byte block, after the padding ``owed`` by the last member (one read
+        for both); raises when the stream ends inside that padding."""
+        owed, self.owed = self.owed, 0
+        if not owed:
+            return self.read(_BLOCK)
+        block = self.read(owed + _BLOCK)
+        if len(block) < owed:
+            raise _TarError("truncated padding after member data")
+        return block[owed:]
 
     def skip(self, n: int) -> int:
         got = 0
@@ -306,9 +325,9 @@ def iter_tar_records(
         index = first_index
         start = chain = base_offset
         while True:
-            if long_name is None and pax is None:
-                chain = base_offset + inp.pos  # a member's first header starts here
-            hdr = inp.read(_BLOCK)
+            if long_name is None and pax is None:  # a member's first header starts here
+                chain = base_offset + inp.pos + inp.owed
+            hdr = inp.header()
             if not hdr:
                 if limit is not None and sample is not None:  # a bounded fetch ends here
                     yield index, start if plain else None, chain if plain else None, sample
@@ -326,8 +345,13 @@ def iter_tar_records(
             name = f"{prefix}/{raw_name}" if prefix and kind not in (b"L", b"K") else raw_name
             member = name
             size = _number(hdr[124:136], what="size")
-            for what, (a, b) in _NUMBERS.items():  # tarfile stops at a header it cannot read
-                _number(hdr[a:b], what=what, signed=True)
+            numbers = hdr[100:124] + hdr[136:148] + hdr[329:345]  # mostly the same in a tar
+            if numbers not in _VALID_NUMBERS:
+                for what, (a, b) in _NUMBERS.items():  # tarfile stops at a header it cannot read
+                    _number(hdr[a:b], what=what, signed=True)
+                if len(_VALID_NUMBERS) > 4096:
+                    _VALID_NUMBERS.clear()
+                _VALID_NUMBERS.add(numbers)
             if kind in _EXTENDED:
                 if size > _MAX_META_BYTES:
                     raise _TarError(f"extended header of {size} bytes (limit {_MAX_META_BYTES})")
@@ -399,8 +423,7 @@ def iter_tar_records(
             data = inp.read(size)
             if len(data) < size:
                 raise _TarError(f"truncated member data ({len(data)} of {size} bytes)")
-            if inp.skip(padded) < padded:
-                raise _TarError("truncated padding after member data")
+            inp.owed = padded  # skipped with the next header's read
             sample[field] = data
             sample_bytes += size
         if sample is not None:

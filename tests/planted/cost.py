@@ -49,3 +49,20 @@ MUTANTS = [
         "tests/sources/test_lanes.py::test_local_shards_are_not_read_ahead",
     ),
 ]
+MUTANTS += [
+    _m(
+        "lean tar: only the first header's number fields are ever checked",
+        "streambuf/sources/tar.py",
+        "            if numbers not in _VALID_NUMBERS:",
+        "            if not _VALID_NUMBERS:",
+        "tests/sources/test_tar.py::test_a_bad_number_field_after_good_headers_is_refused",
+    ),
+    _m(
+        "lean tar: a sample's byte offset leaves out the previous member's padding",
+        "streambuf/sources/tar.py",
+        "                chain = base_offset + inp.pos + inp.owed",
+        "                chain = base_offset + inp.pos",
+        "tests/sources/test_tar.py::test_sample_byte_ranges_are_tarfiles_member_offsets",
+        "tests/sources/test_resume_shards.py",
+    ),
+]

@@ -353,3 +353,31 @@ def test_signed_checksum_is_tarfiles() -> None:
         members_of(bad)
     with pytest.raises(ShardError, match="checksum"):
         read_all(bad)
+
+
+def test_a_bad_number_field_after_good_headers_is_refused() -> None:
+    """Number fields shared by a tar's members are parsed once (the lean path); a member
+    whose field differs is still parsed, and refused when tarfile could not read it."""
+    good = tar_bytes([("a.txt", b"x"), ("b.txt", b"y")])
+    assert len(list(iter_tar_samples(io.BytesIO(good), url="good.tar"))) == 2
+    bad = header_with(tar_bytes([("k.txt", b"x")]), 100, b"\x81abc")[:1024]
+    data = good[:2048] + bad + bytes(1024)  # a, b, then k with a bad mode field
+    with pytest.raises(ShardError, match="invalid mode field"):
+        list(iter_tar_samples(io.BytesIO(data), url="mixed.tar"))
+
+
+def test_sample_byte_ranges_are_tarfiles_member_offsets(tmp_path: Path) -> None:
+    """``(start, end)`` of each sample: its first member's header offset as tarfile lists
+    it, and the next sample's (the end-of-archive marker's for the last one)."""
+    from streambuf.sources.tar import iter_tar_records
+
+    path = write_tar(tmp_path / "a.tar", make_samples(0, 6))
+    with tarfile.open(path) as tf:
+        firsts: dict[str, int] = {}
+        for m in tf.getmembers():
+            firsts.setdefault(m.name.rsplit(".", 1)[0], m.offset)
+        end = tf.offset  # where the end-of-archive marker starts
+    with open(path, "rb") as f:
+        got = [(s["__key__"], a, b) for _, a, b, s in iter_tar_records(f, url=str(path))]
+    starts = list(firsts.values())
+    assert got == list(zip(firsts, starts, [*starts[1:], end]))
