@@ -18,7 +18,8 @@ Invariants:
   sample (one ranged request) and fetches the pending samples by offset.
 * **Bytes.** Inside a ``Loader`` the lanes get the stage budget the Loader grants each
   worker (``stage_bytes``): the lanes' fixed overhead, ``lanes x (2 x block_bytes +
-  readahead_bytes)`` (read buffers and the next shard's first bytes), is taken off it and
+  readahead_bytes)`` (read buffers and the next shard's first bytes; over fsspec also
+  ``FETCH_GROWTH x block_bytes``, what one grown request brings), is taken off it and
   the rest bounds the samples buffered between lanes and the pipeline, samples being
   parsed included (at least half of ``stage_bytes``). Outside a Loader, ``max_bytes``.
 * **Picklable.** ``TarReader`` holds configuration only; threads, semaphores and buffers
@@ -42,7 +43,7 @@ from .._counters import PipelineStats, SharedCounters
 from .._failures import OnError
 from ..buffer import Order
 from ..io.cache import CacheStats
-from ..io.opener import IOStats
+from ..io.opener import FETCH_GROWTH, IOStats
 from ..io.urls import UrlSpec, expand_urls
 from .access import TarAccess
 from .options import ShardOptions
@@ -158,12 +159,13 @@ class TarReader:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
         return self.options.lanes, self.options.order
 
-    def buffer_bytes(self, stage_bytes: int | None, *, lanes: int) -> int:
+    def buffer_bytes(self, stage_bytes: int | None, *, lanes: int, fsspec: bool = False) -> int:
         """The byte bound of the lanes' buffer for a stage grant (module docstring)."""
         o = self.options
         if stage_bytes is None:
             return int(o.max_bytes)
-        overhead = lanes * (2 * int(o.block_bytes) + int(o.readahead_bytes))
+        blocks = 2 + (FETCH_GROWTH if fsspec else 0)  # fsspec: what a request brought
+        overhead = lanes * (blocks * int(o.block_bytes) + int(o.readahead_bytes))
         return max(stage_bytes - overhead, stage_bytes // 2, 1)
 
     def open(
@@ -196,9 +198,17 @@ class TarReader:
             order=o.order,
             adaptive=o.adaptive,
             max_items=max(o.max_items, lanes),
-            max_bytes=self.buffer_bytes(stage_bytes, lanes=lanes),
+            max_bytes=self.buffer_bytes(stage_bytes, lanes=lanes, fsspec=_fsspec(source)),
             name="shards",
         )
+
+
+def _fsspec(urls: Sequence[Any]) -> bool:
+    """The shards are read through fsspec (not a local path, ``file://`` or http(s))."""
+    if not len(urls):
+        return False
+    scheme = str(urls[0]).split("://", 1)[0].lower() if "://" in str(urls[0]) else "file"
+    return scheme not in ("file", "http", "https")
 
 
 def shards(

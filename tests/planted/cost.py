@@ -66,3 +66,19 @@ MUTANTS += [
         "tests/sources/test_resume_shards.py",
     ),
 ]
+MUTANTS += [
+    _m(
+        "fsspec reads: every request stays one block (no growth)",
+        "streambuf/io/opener.py",
+        "            self._want = min(2 * self._want, FETCH_GROWTH * self._block)",
+        "            self._want = self._block",
+        "tests/sources/test_s3.py::test_s3_resume_through_faulty_proxy",
+    ),
+    _m(
+        "fsspec reads: a bounded range requests past its end",
+        "streambuf/io/opener.py",
+        "                want = min(want, self.end - self.offset)",
+        "                want = want",
+        "tests/sources/test_s3.py::test_s3_bounded_read_requests_only_its_range",
+    ),
+]

@@ -188,7 +188,7 @@ def test_s3_epoch_two_makes_no_request(
         loader = loader_for(pipe)
         assert sorted(keys_of(loader)) == sorted(expected_keys(4, 20))
         gets = [r for r in proxy.records() if r.path.startswith(f"/{s3_bucket}/shard-")]
-        assert len(gets) >= 4 * 5  # ranged GETs of 16 KiB blocks
+        assert len(gets) >= 4 * 3  # ranged GETs growing from 16 KiB (16, 32, 64 KiB)
         before = len(proxy.log)
         loader.set_epoch(1)
         assert sorted(keys_of(loader)) == sorted(expected_keys(4, 20))
