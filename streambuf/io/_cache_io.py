@@ -301,6 +301,9 @@ class EntryRaw(_RawBase):
     def _read_some(self, n: int) -> bytes:
         return os.pread(self._fd, n, self.offset)
 
+    def _read_some_into(self, view: memoryview) -> int:
+        return os.preadv(self._fd, [view], self.offset)
+
     def _disconnect(self) -> None:
         pass
 

@@ -176,17 +176,38 @@ class _RawBase(io.RawIOBase):
                 self._connect(self.offset)
             self._connected = True
 
-    def _attempt_read(self, n: int) -> bytes:
+    def _read_some_into(self, view: memoryview) -> int:
+        """Read up to ``len(view)`` bytes into ``view``: through ``_read_some`` unless the
+        transport reads in place (a local file: one copy of every byte fewer)."""
+        data = self._read_some(len(view))
+        k = len(data)
+        view[:k] = data
+        return k
+
+    def _attempt_read(self, view: memoryview) -> int:
         self._ensure_connected()
         with self._sem or _NULL:
-            data = self._timed_read(n)
-        if not data and self.size is not None and self.offset < self.size:
+            self._check_rate()
+            t0 = time.monotonic()
+            k = self._read_some_into(view)
+            self._win_busy_s += time.monotonic() - t0
+            self._win_bytes += k
+        if not k and self.size is not None and self.offset < self.size:
             raise http.client.IncompleteRead(b"", self.size - self.offset)
-        return data
+        return k
 
     def _timed_read(self, n: int) -> bytes:
         """``_read_some(n)`` under the progress rule (module docstring): first check the
         window that is complete, if any, then read and add the time spent to it."""
+        self._check_rate()
+        t0 = time.monotonic()
+        data = self._read_some(n)
+        self._win_busy_s += time.monotonic() - t0
+        self._win_bytes += len(data)
+        return data
+
+    def _check_rate(self) -> None:
+        """The progress rule on the window that is complete, if any (module docstring)."""
         if self._min_rate is not None and self._win_busy_s >= self._window_s:
             got, spent = self._win_bytes, self._win_busy_s
             self._win_bytes, self._win_busy_s = 0, 0.0
@@ -199,11 +220,6 @@ class _RawBase(io.RawIOBase):
                     f"min_rate_bps={self._min_rate:g} (a trickling or stalled source; lower "
                     "min_rate_bps, or pass None, if it is really this slow)"
                 )
-        t0 = time.monotonic()
-        data = self._read_some(n)
-        self._win_busy_s += time.monotonic() - t0
-        self._win_bytes += len(data)
-        return data
 
     def _attempt(self, fn: Any, *, stage: str) -> Any:
         failures = 0
@@ -267,9 +283,8 @@ class _RawBase(io.RawIOBase):
             n = min(n, self.end - self.offset)
         if n <= 0 or (self.size is not None and self.offset >= self.size):
             return 0
-        data = self._attempt(lambda: self._attempt_read(min(n, self._block)), stage="read")
-        k = len(data)
-        b[:k] = data
+        view = memoryview(b).cast("B")[: min(n, self._block)]
+        k = self._attempt(lambda: self._attempt_read(view), stage="read")
         self.offset += k
         self._counters.add(bytes=k)
         return k

@@ -133,6 +133,9 @@ class _LocalRaw(_RawBase):
     def _read_some(self, n: int) -> bytes:
         return self._file.read(n) or b""
 
+    def _read_some_into(self, view: memoryview) -> int:
+        return self._file.readinto(view) or 0
+
     def _disconnect(self) -> None:
         f = getattr(self, "_file", None)
         if f is not None:

@@ -82,3 +82,13 @@ MUTANTS += [
         "tests/sources/test_s3.py::test_s3_bounded_read_requests_only_its_range",
     ),
 ]
+MUTANTS += [
+    _m(
+        "in-place reads: a bounded range reads past its end",
+        "streambuf/io/_resumable.py",
+        'view = memoryview(b).cast("B")[: min(n, self._block)]',
+        'view = memoryview(b).cast("B")[: self._block]',
+        "tests/sources/test_opener.py",
+        "tests/sources/test_cache.py",
+    ),
+]
