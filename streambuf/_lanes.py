@@ -3,8 +3,7 @@
 A threaded map (``ThreadPrefetcher``), the torchdata nodes (``streambuf.nodes``), the shard
 readers of ``shards()`` and the video lanes of ``video.clips()`` all run the same loop:
 ``K`` threads, lane ``t`` draining its own work iterator into one window that the
-consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool, or a
-``ShardedBuffer``, a slice per lane).
+consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
 
 * **Reserve before build.** Before asking its iterator for the next item, a lane reserves
   room for it (its estimate: the largest item any lane has made, or the lane's share of

@@ -7,7 +7,8 @@ particular samples back by ``(index, hint)`` (a hint is how to get there cheaply
 member's byte offset, a video's clip count; None means "count from the start").
 
 ``SourceRun`` reads a slot's shard list (its ``Assignment``) with ``lanes`` threads
-through the one ``LaneRunner`` into a ``ShardedBuffer`` (a slice per lane) (or inline, ``lanes == 0``), keeps the slot's sample share
+through the one ``LaneRunner`` into a ``Window`` (one pool; or inline, see below), keeps
+the slot's sample share
 (``stride``/``offset``), and hands out ``Rec`` objects, recording each in the ``Ledger``.
 
 An access with ``threaded = False`` (plain items, ``expand``) is read inline, in the
@@ -53,10 +54,11 @@ from ._identity import shard_name
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
-from .buffer import Order, ShardedBuffer
+from .buffer import Order
 from .errors import add_note
 from .sharding import Assignment, assign
 from .sizing import nbytes
+from .window import Window
 
 if TYPE_CHECKING:
     from .sharding import Sharding
@@ -324,9 +326,8 @@ class SourceRun:
         self._driving = [False] * k
         self._stop_at = None
         self._closing = False
-        # a slice of the bounds per lane (ShardedBuffer): the pooled round-robin
-        # Window measured ~20% fewer samples/s on fast local shards (docs/design.md)
-        window: ShardedBuffer[Any] = ShardedBuffer(
+        # one pool for every lane (items being read count; an oversize one alone)
+        window: Window[Any] = Window(
             lanes=k,
             order=self.order,
             max_items=max(self.max_items, k),

@@ -1,11 +1,9 @@
 """``Window``: the one bounded hand-over between a runner's lanes and its consumer.
 
 Every concurrent stage runs ``LaneRunner`` (``streambuf._lanes``) into a window (the
-``LaneWindow`` protocol below): threaded maps (``ThreadPrefetcher``) and the
-``torchdata.nodes`` nodes into a ``Window`` (one pool); the shard lanes of ``shards()``
-and the video lanes of ``video.clips()`` into a ``ShardedBuffer`` (a slice of the bounds
-per lane: the pooled round robin below measured ~20% fewer samples/s on fast local
-shards, so they move when the per-sample cost allows). Lane ``t`` (one thread) repeats::
+``LaneWindow`` protocol below): threaded maps (``ThreadPrefetcher``), the
+``torchdata.nodes`` nodes, the shard lanes of ``shards()`` and the video lanes of
+``video.clips()``, each into a ``Window`` (one pool). Lane ``t`` (one thread) repeats::
 
     window.reserve(t, estimate)   # room for the next item, before it is made
     item = make()                 # on failure: window.release(t)
@@ -67,8 +65,8 @@ _ENDED = object()
 
 
 class LaneWindow(Protocol[T]):
-    """What a runner fills and a consumer drains: ``Window`` (one pool), or
-    ``streambuf.buffer.ShardedBuffer`` (a slice of the bounds per lane)."""
+    """What a runner fills and a consumer drains: ``Window`` (one pool; every stage), or
+    ``streambuf.buffer.ShardedBuffer`` (a slice of the bounds per lane; for users)."""
 
     @property
     def order(self) -> WindowOrder: ...

@@ -223,5 +223,6 @@ def test_tar_profile_runs_tiny(capsys):
     from streambuf.bench import _tar_profile
 
     out = _tar_profile.main(["--shards", "2", "--per-shard", "3"])
-    assert out["streambuf shards(lanes=1)"] > 0
+    assert out["streambuf shards(lanes=1, adaptive=False)"] > 0
+    assert out["parser alone: streambuf iter_tar_records"] > 0
     assert "cProfile" in capsys.readouterr().out

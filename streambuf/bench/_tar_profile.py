@@ -2,8 +2,10 @@
 ``webdataset.WebDataset`` on the network benchmark's shards (WebDataset layout, one 64 KiB
 ``bin`` field per sample), no DataLoader, no batching.
 
-Prints samples/s of each reader over the same files (interleaved, best of 3), then a
-cProfile of streambuf's read sorted by own time, the lane threads included (each thread
+Prints samples/s of each reader over the same files (interleaved, best of 3): shards()
+as it runs by default (inline, ``adaptive``) and on its lane threads, webdataset, and the
+two tar parsers alone; then a cProfile of the lane-thread read sorted by own time, the
+lane threads included (each thread
 profiled on its own, the statistics summed). A profiling tool behind the ``network
 local disk`` headline row (not one of the ``streambuf bench`` comparisons); run it on a
 quiet machine:
@@ -29,9 +31,43 @@ import streambuf as sb
 from ._shards import make_shards, to_tensor, wds_sample
 
 
-def _streambuf(urls: list[str], lanes: int) -> Callable[[], int]:
-    pipe = sb.shards(urls, lanes=lanes, shuffle_shards=False).decode({"bin": to_tensor})
+def _streambuf(urls: list[str], lanes: int, adaptive: bool = True) -> Callable[[], int]:
+    pipe = sb.shards(urls, lanes=lanes, shuffle_shards=False, adaptive=adaptive)
+    pipe = pipe.decode({"bin": to_tensor})
     return lambda: sum(1 for _ in pipe)
+
+
+def _parser(urls: list[str]) -> Callable[[], int]:
+    """The tar parser alone: records of each file, as the lanes read them."""
+    from streambuf.io import open_stream
+    from streambuf.sources.tar import iter_tar_records
+
+    def run() -> int:
+        n = 0
+        for url in urls:
+            with open_stream(url) as f:
+                n += sum(1 for _ in iter_tar_records(f, url=url))
+        return n
+
+    return run
+
+
+def _wds_parser(urls: list[str]) -> Callable[[], int] | None:
+    """webdataset's parser alone: ``tar_file_iterator`` grouped by ``group_by_keys``."""
+    try:
+        import webdataset.tariterators as tar
+    except ImportError:
+        return None
+
+    def run() -> int:
+        n = 0
+        for url in urls:
+            with open(url, "rb") as f:
+                members = (dict(m, __url__=url) for m in tar.tar_file_iterator(f))
+                n += sum(1 for _ in tar.group_by_keys(members))
+        return n
+
+    return run
 
 
 def _webdataset(urls: list[str]) -> Callable[[], int] | None:
@@ -53,9 +89,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         urls = sorted(str(p) for p in Path(tmp).glob("*.tar"))
         n = args.shards * args.per_shard
         readers: dict[str, Callable[[], int] | None] = {
-            "streambuf shards(lanes=1)": _streambuf(urls, 1),
-            "streambuf shards(lanes=3)": _streambuf(urls, 3),
+            "streambuf shards(lanes=3) (adaptive: inline)": _streambuf(urls, 3),
+            "streambuf shards(lanes=1, adaptive=False)": _streambuf(urls, 1, False),
+            "streambuf shards(lanes=3, adaptive=False)": _streambuf(urls, 3, False),
             "webdataset": _webdataset(urls),
+            "parser alone: streambuf iter_tar_records": _parser(urls),
+            "parser alone: webdataset tar_file_iterator + group_by_keys": _wds_parser(urls),
         }
         best: dict[str, float] = {}
         for _ in range(3):
@@ -70,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print("| reader (one process, local files) | samples/s, best of 3 |\n|---|---|")
         for name, rate in best.items():
             print(f"| {name} | {rate:,.0f} |")
-        run1 = readers["streambuf shards(lanes=1)"]
+        run1 = readers["streambuf shards(lanes=1, adaptive=False)"]
         assert run1 is not None
         profiles = [cProfile.Profile()]
 
@@ -86,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         finally:
             profiles[0].disable()
             threading.setprofile(None)
-    print("\ncProfile, streambuf shards(lanes=1), every thread, by own time:")
+    print("\ncProfile, streambuf shards(lanes=1, adaptive=False), every thread, by own time:")
     stats: Any = pstats.Stats(*profiles)
     stats.sort_stats("tottime").print_stats(12)
     return best

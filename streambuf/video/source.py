@@ -5,7 +5,7 @@ Data flow inside one DataLoader worker (or the main process without workers)::
     its share of the videos ──► ``threads`` lane threads, lane t decodes videos t, t+K, ...
         (open: local path, the node cache's copy, or an fsspec file object;
          decode_clips: probe, sample, decode)
-    ──► ShardedBuffer(lanes=K, round_robin, max_bytes=stage budget) ──► later stages
+    ──► Window(lanes=K, round_robin, max_bytes=stage budget) ──► later stages
 
 * **Sharding.** Each video is a shard of the ``Pipeline``: the video order is permuted per
   (seed, epoch) when ``shuffle_videos``, split across rank x worker; with fewer videos

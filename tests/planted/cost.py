@@ -32,7 +32,7 @@ MUTANTS = [
         "streambuf/_source.py",
         "max(m + d for m, d in zip(self._made, self._driving))",
         "min(self._made)",
-        f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
+        f"{ADAPTIVE}::test_a_pause_waits_for_the_lane_behind",
     ),
     _m(
         "local files start on the lane threads",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 
 import streambuf as sb
 from streambuf._inline import InlineChooser
+from streambuf._ledger import Ledger
+from streambuf._source import SourceRun
 from streambuf.errors import ShardError
 from streambuf.io import expand_urls
 from streambuf.sources import stream_shards
@@ -132,3 +135,80 @@ def test_remote_shards_start_on_threads_cached_ones_inline(
         firsts.append(stream._run.inline_items)
         assert len(list(it)) > 0
     assert firsts == [0, 1]  # epoch 1 over HTTP: lanes; epoch 2 from the cache: inline
+
+
+class _Lists:
+    """An Access over in-memory shards (``shards[i]`` a list of values); reading shard 1
+    is slow, so the other lanes run ahead of it by many items."""
+
+    threaded = True
+
+    def __init__(self, shards: list[list[str]]) -> None:
+        self.shards = shards
+
+    def read(self, lane: int, shard: int, /, *, index: int, hint: Any):  # type: ignore[no-untyped-def]
+        for j in range(index, len(self.shards[shard])):
+            if shard == 1:
+                time.sleep(0.003)
+            yield j, None, None, self.shards[shard][j]
+
+    def fetch(self, shard: int, wanted: list[tuple[int, Any]], /):  # type: ignore[no-untyped-def]
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+
+class _PauseAt:
+    """A chooser that pauses the lanes once, at the ``at``-th item, then stays inline."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.n, self.inline, self.state, self.switches = at, 0, False, "warm", 0
+
+    def tick(self) -> str:
+        self.n += 1
+        if not self.inline and self.n == self.at:
+            self.state = "drain"
+            return "pause"
+        return "none"
+
+    def drained(self) -> None:
+        self.inline, self.state, self.switches = True, "probe", self.switches + 1
+
+
+def test_a_pause_waits_for_the_lane_behind() -> None:
+    """Lanes 0 and 2 run far ahead of slow lane 1 when the pause comes: they stop at once,
+    lane 1 catches up to their count, and the order is the round robin's."""
+    shards = [[f"{s}:{i}" for i in range(30)] for s in range(3)]
+    ref = [v for row in zip(*shards) for v in row]
+    for at in (4, 10):
+        run = SourceRun(_Lists(shards), [0, 1, 2], ledger=Ledger(), lanes=3, max_items=30)
+        run.chooser = _PauseAt(at)  # type: ignore[assignment]
+        got = [rec.value for rec in run]
+        assert got == ref, at
+        assert run.chooser.switches == 1 and run.inline_items > 0
+
+
+def test_adaptive_never_holds_a_paced_stream_back(http_server: FaultyServer) -> None:
+    """Over a link with 50 ms per request the first sample arrives as fast as with the
+    lanes always on (within one request time plus 50 ms), and the whole read is not
+    slower than 1.5x: the chooser keeps the threads where requests wait."""
+    http_server.latency_s = 0.05
+    urls = expand_urls(http_server.base_url + "/shard-{000000..000003}.tar")
+
+    def timed(adaptive: bool) -> tuple[float, float, int]:
+        t0 = time.perf_counter()
+        stream = stream_shards(urls, lanes=3, adaptive=adaptive, timeout_s=10)
+        it = iter(stream)
+        next(it)
+        first = time.perf_counter() - t0
+        n = 1 + sum(1 for _ in it)
+        return first, time.perf_counter() - t0, n
+
+    timed(True)  # warm: imports, connections
+    on = [timed(True) for _ in range(2)]
+    off = [timed(False) for _ in range(2)]
+    assert {r[2] for r in on + off} == {80}
+    first_on, first_off = min(r[0] for r in on), min(r[0] for r in off)
+    assert first_on <= first_off + 0.05 + 0.05, (first_on, first_off)
+    assert min(r[1] for r in on) <= 1.5 * min(r[1] for r in off), (on, off)
