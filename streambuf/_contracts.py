@@ -77,7 +77,7 @@ class SourceReader(Protocol):
 
 
 class Source(Protocol):
-    """What a pipeline reads from: ``streambuf._source.SequenceSource`` (items,
+    """What a pipeline reads from: ``streambuf._source_kinds.SequenceSource`` (items,
     ``expand``, a ``SourceReader``'s shards), ``IterableSource`` (one-shot) or a mix's
     ``streambuf.mixing.MixSpec``. Configuration only (picklable). ``Iteration`` opens it;
     ``_state`` and ``_identity`` ask it what a saved state records and checks, never

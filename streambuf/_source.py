@@ -41,29 +41,20 @@ skipped (a shard is entered at the furthest known point), its pending samples fe
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ._access import ExpandAccess, ItemAccess
-from ._counters import PipelineStats
-from ._identity import shard_name
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
 from .buffer import Order
 from .errors import add_note
-from .sharding import Assignment, assign
 from .sizing import nbytes
 from .window import Window
 
-if TYPE_CHECKING:
-    from .sharding import Sharding
-
-__all__ = ["Access", "IterableSource", "SequenceSource", "SourceRun"]
+__all__ = ["Access", "SourceRun"]
 
 
 class Access(Protocol):
@@ -429,199 +420,3 @@ class SourceRun:
 def _sizeof_of(sizeof: Callable[[Any], int]) -> Callable[[Any], int]:
     """A lane item is ``(lane, slot_index, index, h0, h1, value)``: size its value."""
     return lambda item: sizeof(item[5])
-
-
-# -- the source kinds of a Pipeline: how one slot's stream is opened --------------------
-# (both implement ``streambuf._contracts.Source``; a mix's ``MixSpec`` is the third;
-# ``ctx`` is a ``WorkerContext``, not imported: the contracts name this module's Access)
-@dataclass
-class SequenceSource:
-    """A list of shards: items (each a shard of one sample), ``expand``-ed shards, or a
-    ``SourceReader``'s (tar shards, videos). Configuration (picklable); ``open`` splits
-    the epoch's shard order for the slot (``streambuf.sharding``) and reads it with a
-    ``SourceRun``; ``access`` is the same split for fetching samples back by position."""
-
-    shards: Sequence[Any]
-    expand: Any = None
-    reader: Any = None
-
-    state_kind = "lanes"
-
-    @property
-    def buffers(self) -> bool:
-        return self.reader is not None  # items and expand= are read inline
-
-    def num_shards(self) -> int:
-        return len(self.shards)
-
-    def names(self) -> list[str] | None:
-        """Names when the items are shard references (a reader's or ``expand``'s paths
-        or URLs); plain items are samples, identified by count."""
-        if self.reader is None and self.expand is None:
-            return None
-        if len(self.shards) and shard_name(self.shards[0]) is None:
-            return None
-        names = [shard_name(x) for x in self.shards]
-        return None if any(n is None for n in names) else names  # type: ignore[return-value]
-
-    def fingerprint(self) -> str:
-        return ""  # the shard list is checked by identity (streambuf._identity)
-
-    def lanes(self) -> tuple[int, str] | None:
-        """Items and ``expand``: one inline lane; a reader says its own (``lanes()``:
-        ``shards()``'s ``lanes``/``order``, ``video.clips()``'s threads), or None."""
-        if self.reader is None:
-            return 1, "round_robin"
-        lanes = getattr(self.reader, "lanes", None)
-        return lanes() if callable(lanes) else None
-
-    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
-        return bool(self._split(sharding, epoch, slot, slots).shards)
-
-    def elastic_refusal(self) -> str | None:
-        return None
-
-    def sizes(self) -> list[int] | None:
-        if self.reader is None and self.expand is None:
-            return [1] * len(self.shards)
-        return None
-
-    def label(self, shard: int) -> str:
-        return repr(self.shards[shard])[:200]
-
-    def stats(self) -> PipelineStats:
-        """A reader's counters (``shards()``, ``video.clips()``: its ``stats()``)."""
-        counted = getattr(self.reader, "stats", None)
-        return counted() if callable(counted) else PipelineStats()
-
-    def _split(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> Assignment:
-        n = len(self.shards)
-        return assign(n, sharding.order(n, epoch), slot, slots)
-
-    def _access(
-        self, ctx: Any, split: Assignment, stage_bytes: int | None
-    ) -> tuple[Any, dict[str, Any]]:
-        if self.reader is not None:
-            run = self.reader.open(
-                self.shards,
-                ctx=ctx,
-                stage_bytes=stage_bytes,
-                stride=split.stride,
-                offset=split.offset,
-            )
-            lanes = dict(
-                lanes=run.lanes,
-                order=run.order,
-                adaptive=run.adaptive,
-                max_items=run.max_items,
-                max_bytes=run.max_bytes,
-                name=run.name,
-            )
-            return run.access, lanes
-        if self.expand is None:
-            return ItemAccess(self.shards), dict(lanes=1, name="source")
-        return ExpandAccess(self.shards, self.expand), dict(lanes=1, name="source")
-
-    def open(
-        self,
-        sharding: Sharding,
-        ctx: Any,
-        *,
-        ledger: Ledger,
-        stage_bytes: int | None,
-        resume: dict[str, Any] | None,
-        progress: Any,
-    ) -> SourceRun:
-        split = self._split(sharding, ctx.epoch, ctx.slot, ctx.slots)
-        access, lanes = self._access(ctx, split, stage_bytes)
-        return SourceRun(
-            access,
-            split.shards,
-            ledger=ledger,
-            stride=split.stride,
-            offset=split.offset,
-            cursor=resume["source"] if resume else None,
-            pending=resume["pending"] if resume else None,
-            progress=progress,
-            **lanes,
-        )
-
-    def access(self, sharding: Sharding, ctx: Any, *, stage_bytes: int | None) -> Any:
-        split = self._split(sharding, ctx.epoch, ctx.slot, ctx.slots)
-        return self._access(ctx, split, stage_bytes)[0]
-
-
-@dataclass
-class IterableSource:
-    """A one-shot iterable, split by position across slots (``islice``); not resumable
-    and not fetchable."""
-
-    items: Iterable[Any]
-
-    state_kind = "none"
-    buffers = False
-
-    def num_shards(self) -> None:
-        return None
-
-    def names(self) -> None:
-        return None
-
-    def fingerprint(self) -> str:
-        return ""
-
-    def lanes(self) -> None:
-        return None
-
-    def has_data(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> bool:
-        return True  # its length is not known
-
-    def elastic_refusal(self) -> str:
-        return "a pipeline over a one-shot iterable cannot be resumed"
-
-    def sizes(self) -> None:
-        return None
-
-    def label(self, shard: int) -> str:
-        return f"item {shard}"
-
-    def stats(self) -> PipelineStats:
-        return PipelineStats()
-
-    def open(
-        self,
-        sharding: Sharding,
-        ctx: Any,
-        *,
-        ledger: Ledger,
-        stage_bytes: int | None,
-        resume: dict[str, Any] | None,
-        progress: Any,
-    ) -> _OneShot:
-        if resume is not None or progress is not None:
-            raise ValueError(self.elastic_refusal())
-        return _OneShot(self.items, ctx.slot, ctx.slots)
-
-    def access(self, sharding: Sharding, ctx: Any, *, stage_bytes: int | None) -> Any:
-        raise ValueError("a pipeline over a one-shot iterable cannot fetch samples back")
-
-
-class _OneShot:
-    """The run of an ``IterableSource``: samples ``slot``, ``slot + slots``, ..."""
-
-    def __init__(self, items: Iterable[Any], slot: int, slots: int) -> None:
-        self.items, self.slot, self.slots = items, slot, slots
-        self.partial: dict[tuple[int, ...], list[int]] = {}
-
-    def __iter__(self) -> Iterator[Rec]:
-        for i, x in itertools.islice(enumerate(self.items), self.slot, None, self.slots):
-            yield Rec(x, (0, i), i)
-
-    def cursor(self) -> None:
-        return None
-
-    def unissued(self) -> list[list[Any]]:
-        return []
-
-    def close(self) -> None:
-        pass

@@ -31,7 +31,7 @@ from ._contracts import Source, SourceReader, WorkerContext
 from ._counters import PipelineStats
 from ._iteration import Iteration
 from ._shared import SharedInt
-from ._source import IterableSource, SequenceSource
+from ._source_kinds import IterableSource, SequenceSource
 from ._units import check_int
 from ._verbs import SampleVerbs
 from .compose import Stage as UserStage

@@ -294,7 +294,7 @@ def shards(
             iteration.
     """
     from .._compact import StrList
-    from .._source import SequenceSource
+    from .._source_kinds import SequenceSource
     from ..pipeline import Pipeline
     from ..sharding import Sharding
 

@@ -49,7 +49,7 @@ from typing import IO, Any
 from .._contracts import ReaderRun, WorkerContext
 from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
-from .._source import SequenceSource
+from .._source_kinds import SequenceSource
 from .._units import check_choice, check_int, parse_count
 from ..errors import VideoError, add_note
 from ..io.urls import UrlSpec, expand_urls, redact, secrets_of

@@ -64,8 +64,8 @@ MUTANTS = [
     _m(
         "a sample's start offset is its member header, after its pax header",
         "streambuf/sources/tar.py",
-        "            if long_name is None and pax is None:\n",
-        "            if long_name is None:\n",
+        "            if long_name is None and pax is None:  # a member's first header starts here",
+        "            if long_name is None:  # a member's first header starts here",
         PAX,
     ),
     _m(
