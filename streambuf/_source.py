@@ -266,8 +266,8 @@ class SourceRun:
             for gen in self._gens:
                 try:
                     gen.close()
-                except ValueError:  # still running on a thread stuck in I/O (logged)
-                    pass
+                except ValueError:  # running on a lane stuck in a read: it closes the
+                    pass  # reader itself when the read returns (``_gated``)
             self.access.close()
 
     def _deliver(self, item: tuple[int, int, int, Any, Any, Any]) -> Rec:
@@ -342,7 +342,11 @@ class SourceRun:
                 yield self._deliver(item)
                 if chooser is not None and chooser.tick() == "pause":
                     with self._gate:  # every lane stops once it made this many
-                        self._stop_at = max(m + d for m, d in zip(self._made, self._driving))
+                        self._stop_at = (
+                            0  # no order to keep: each lane stops at its next step
+                            if self.order == "first_ready"
+                            else max(m + d for m, d in zip(self._made, self._driving))
+                        )
         finally:
             runner.close()
 
@@ -372,6 +376,10 @@ class SourceRun:
             with gate:  # counted with the same lock the stop point is computed under
                 self._driving[lane] = False
                 self._made[lane] += 1
+                closing = self._closing
+            if closing:  # the consumer left while this lane read (it could not close a
+                gen.close()  # running generator): close the reader here, files with it
+                return
             yield item
 
     def _stop_lanes(self) -> None:

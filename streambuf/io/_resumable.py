@@ -283,8 +283,15 @@ class _RawBase(io.RawIOBase):
             n = min(n, self.end - self.offset)
         if n <= 0 or (self.size is not None and self.offset >= self.size):
             return 0
-        view = memoryview(b).cast("B")[: min(n, self._block)]
-        k = self._attempt(lambda: self._attempt_read(view), stage="read")
+        m = min(n, self._block)
+        mv = memoryview(b)
+        if mv.c_contiguous:
+            view = mv.cast("B")[:m]
+            k = self._attempt(lambda: self._attempt_read(view), stage="read")
+        else:  # a strided view: read into a temporary, then copy
+            tmp = bytearray(m)
+            k = self._attempt(lambda: self._attempt_read(memoryview(tmp)), stage="read")
+            mv[:k] = tmp[:k]
         self.offset += k
         self._counters.add(bytes=k)
         return k

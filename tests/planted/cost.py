@@ -14,10 +14,10 @@ MUTANTS = [
     _m(
         "adaptive lanes: a pause stops at once, dropping what the lanes' buffer holds",
         "streambuf/_source.py",
-        "                        self._stop_at = max(m + d for m, d in zip(self._made, "
-        "self._driving))",
-        "                        self._stop_at = max(m + d for m, d in zip(self._made, "
-        "self._driving))\n                    return",
+        "                            else max(m + d for m, d in zip(self._made, self._driving))"
+        "\n                        )\n",
+        "                            else max(m + d for m, d in zip(self._made, self._driving))"
+        "\n                        )\n                    return\n",
         f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
     ),
     _m(
@@ -86,9 +86,18 @@ MUTANTS += [
     _m(
         "in-place reads: a bounded range reads past its end",
         "streambuf/io/_resumable.py",
-        'view = memoryview(b).cast("B")[: min(n, self._block)]',
-        'view = memoryview(b).cast("B")[: self._block]',
+        "        m = min(n, self._block)\n",
+        "        m = self._block\n",
         "tests/sources/test_opener.py",
         "tests/sources/test_cache.py",
+    ),
+]
+MUTANTS += [
+    _m(
+        "adaptive lanes: a lane that was reading when the consumer left never closes its reader",
+        "streambuf/_source.py",
+        "            if closing:  # the consumer left",
+        "            if False:  # the consumer left",
+        f"{ADAPTIVE}::test_a_reader_stuck_in_a_read_is_closed_when_it_returns",
     ),
 ]

@@ -212,3 +212,39 @@ def test_adaptive_never_holds_a_paced_stream_back(http_server: FaultyServer) -> 
     first_on, first_off = min(r[0] for r in on), min(r[0] for r in off)
     assert first_on <= first_off + 0.05 + 0.05, (first_on, first_off)
     assert min(r[1] for r in on) <= 1.5 * min(r[1] for r in off), (on, off)
+
+
+class _Stuck(_Lists):
+    """Reading shard 1 blocks until ``release`` is set (a read abort cannot stop);
+    ``closed`` records each reader whose ``finally`` ran (its file closed)."""
+
+    def __init__(self, shards: list[list[str]]) -> None:
+        super().__init__(shards)
+        self.release = threading.Event()
+        self.closed: list[int] = []
+
+    def read(self, lane: int, shard: int, /, *, index: int, hint: Any):  # type: ignore[no-untyped-def]
+        try:
+            for j in range(index, len(self.shards[shard])):
+                if shard == 1 and j == 1:
+                    self.release.wait(10)
+                yield j, None, None, self.shards[shard][j]
+        finally:
+            self.closed.append(shard)
+
+
+def test_a_reader_stuck_in_a_read_is_closed_when_it_returns() -> None:
+    """The consumer leaves while lane 1 is inside a read it cannot abort: its reader (and
+    the file under it) is closed by the lane as soon as the read returns, not at GC."""
+    access = _Stuck([[f"{s}:{i}" for i in range(30)] for s in range(2)])
+    run = SourceRun(access, [0, 1], ledger=Ledger(), lanes=2, join_timeout_s=0.2)
+    it = iter(run)
+    got = [next(it).value for _ in range(2)]  # 0:0, 1:0; lane 1 now blocks in 1:1
+    it.close()
+    assert got == ["0:0", "1:0"] and 0 in access.closed and 1 not in access.closed
+    access.release.set()
+    deadline = time.monotonic() + 5
+    while 1 not in access.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 1 in access.closed  # closed by its lane, with `run` still alive
+    del run

@@ -324,3 +324,17 @@ def test_min_rate_can_be_disabled(
     http_server.trickle = (4096, 0.05)
     with open_stream(http_server.url(NAME), min_rate_bps=off, rate_window_s=0.1) as f:
         assert f.read() == (shard_dir / NAME).read_bytes() and f.retries == 0
+
+
+def test_raw_readinto_takes_strided_and_typed_buffers(tmp_path: Path) -> None:
+    """Reads go straight into the caller's buffer when it is contiguous; a strided view
+    is filled through a temporary (as before reads in place)."""
+    path = tmp_path / "x.bin"
+    path.write_bytes(bytes(range(100)))
+    with open_stream(str(path)) as f:
+        raw = f.raw
+        strided = bytearray(10)
+        assert raw.readinto(memoryview(strided)[::2]) == 5
+        assert strided[::2] == bytes(range(5))
+        plain = bytearray(4)
+        assert raw.readinto(plain) == 4 and plain == bytes(range(5, 9))
