@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Counters", "PipelineStats", "SharedCounters"]
+__all__ = ["Counters", "PipelineStats", "SharedCounters", "ThreadStats"]
 
 T = TypeVar("T")
 _SLOTS = 64
@@ -81,6 +81,28 @@ class SharedCounters:
 
 
 @dataclass(frozen=True)
+class ThreadStats:
+    """A ``map(threads="auto")`` stage's thread count (``PipelineStats.threads``).
+
+    Attributes:
+        stage: the stage's name (``map(fn)``).
+        threads: threads in use now, summed over the workers running it.
+        running: workers running the stage now.
+        changes: count changes so far (every worker, every epoch).
+        max_threads: the ceiling per worker.
+    """
+
+    stage: str
+    threads: int
+    running: int
+    changes: int
+    max_threads: int
+
+
+THREAD_COUNTS = ("threads", "running", "changes")
+
+
+@dataclass(frozen=True)
 class PipelineStats:
     """Everything a pipeline counts (``Pipeline.stats()``), summed over every worker that
     ran it or a fluent descendant since it was built; None where it counts nothing of
@@ -93,12 +115,14 @@ class PipelineStats:
             frames decoded and converted, seeks, failures.
         mix: ``streambuf.MixStats`` (``mix()``): samples taken from each source, restarts.
         sources: a mix's sources' own ``PipelineStats``, in order.
+        threads: ``ThreadStats`` of each ``map(threads="auto")`` stage, in order.
     """
 
     shards: Any = None
     videos: Any = None
     mix: Any = None
     sources: tuple[PipelineStats, ...] = ()
+    threads: tuple[ThreadStats, ...] = ()
 
     def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
         """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"

@@ -17,6 +17,11 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   ``"first_ready"`` (arrival order).
 * **Errors.** An exception in a work iterator aborts the window: the consumer gets the
   same object, with a note naming the stage, lane and thread; held items are dropped.
+* **Lanes on demand** (``threads="auto"``): ``start(k)`` starts lanes up to ``k`` (the
+  others wait unstarted: the window counts them as running), ``gate(t)`` is asked before
+  each reservation (a lane above the wanted count parks there, holding nothing; False
+  ends the lane), and ``seal()`` (the source is exhausted) finishes the lanes never
+  started, so the window can end.
 * **Shutdown.** Leaving the loop (end, ``break``, an exception) or ``close()`` closes
   the window (every blocked reserve/commit wakes with ``BufferClosed``), calls
   ``on_close`` (e.g. to abort in-flight reads), and joins the threads within
@@ -62,6 +67,10 @@ class LaneRunner(Generic[T]):
         stops_when: how a stuck thread ends, for the log line.
         describe: what lane ``t`` is working on, for error notes (e.g. "reading shard X").
         kind: the word before the name in error notes ("stage", "node").
+        initial: lanes started when iteration begins (default: all); ``start(k)`` starts
+            more, ``seal()`` gives up on the rest.
+        gate: asked on lane ``t``'s thread before each reservation; may block (a parked
+            lane); False ends the lane.
     """
 
     def __init__(
@@ -78,6 +87,8 @@ class LaneRunner(Generic[T]):
         describe: Callable[[int], str | None] | None = None,
         kind: str = "stage",
         numbered: bool = False,
+        initial: int | None = None,
+        gate: Callable[[int], bool] | None = None,
     ) -> None:
         if not works:
             raise ValueError(f"{name}: a LaneRunner needs at least one lane")
@@ -97,6 +108,10 @@ class LaneRunner(Generic[T]):
         if window.order == "sequence" and not numbered:
             raise ValueError(f"{name}: a 'sequence' window needs numbered works")
         self._threads: list[threading.Thread] = []
+        self._initial = self._lanes if initial is None else max(1, min(initial, self._lanes))
+        self._gate = gate
+        self._start_lock = threading.Lock()
+        self._sealed = False  # no lane starts any more (its unstarted lanes are finished)
         self._started = False
         self._closed = False
         self._largest = -1  # bytes of the largest item made so far (all lanes)
@@ -105,14 +120,22 @@ class LaneRunner(Generic[T]):
     def lanes(self) -> int:
         return self._lanes
 
+    @property
+    def largest(self) -> int:
+        """Bytes of the largest item any lane has made (-1 before the first)."""
+        return self._largest
+
     def _run(self, lane: int, work: Callable[[], Iterator[Any]]) -> None:
         win = self.window
         numbered = self._numbered
         sizeof = self._sizeof
+        gate = self._gate
         it: Iterator[Any] | None = None
         try:
             it = work()
             while True:
+                if gate is not None and not gate(lane):
+                    break  # parked lanes end when the source does
                 # the largest item any lane has made; before the first: the lane's share
                 estimate = self._largest if self._largest >= 0 else win.share(lane)
                 win.reserve(lane, estimate)
@@ -148,19 +171,37 @@ class LaneRunner(Generic[T]):
                     )
             win.finish(lane)
 
-    def start(self) -> None:
-        """Start the lane threads (at the latest when iteration begins). Idempotent."""
-        if self._threads or self._closed:
-            return
-        for lane in range(self.lanes):
-            th = threading.Thread(
-                target=self._run,
-                args=(lane, self._works[lane]),
-                name=f"streambuf-{self.name}-{lane}",
-                daemon=True,
-            )
-            self._threads.append(th)
-            th.start()
+    def start(self, lanes: int | None = None) -> None:
+        """Start lane threads up to ``lanes`` (default: ``initial``; at the latest when
+        iteration begins). Idempotent; nothing after ``seal()`` or ``close()``."""
+        want = self._initial if lanes is None else min(lanes, self._lanes)
+        with self._start_lock:
+            if self._closed or self._sealed:
+                return
+            for lane in range(len(self._threads), want):
+                th = threading.Thread(
+                    target=self._run,
+                    args=(lane, self._works[lane]),
+                    name=f"streambuf-{self.name}-{lane}",
+                    daemon=True,
+                )
+                self._threads.append(th)
+                th.start()
+
+    @property
+    def started(self) -> int:
+        """Lane threads started so far."""
+        return len(self._threads)
+
+    def seal(self) -> None:
+        """No more lanes will start (the source is exhausted): the unstarted ones are
+        finished, so the window ends when the started ones do. Idempotent."""
+        with self._start_lock:
+            if self._sealed:
+                return
+            self._sealed = True
+            for lane in range(len(self._threads), self._lanes):
+                self.window.finish(lane)
 
     def __iter__(self) -> Iterator[T]:
         if self._started:
@@ -176,7 +217,8 @@ class LaneRunner(Generic[T]):
         """Stop every lane and join the threads (bounded by ``join_timeout_s``). Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        with self._start_lock:
+            self._closed = True
         self.window.close()
         if self._on_close is not None:
             self._on_close()

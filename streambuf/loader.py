@@ -59,6 +59,7 @@ from .depth import DepthTuner
 from .device import DevicePrefetcher, check_device
 from .errors import WorkerError
 from .pipeline import Pipeline
+from .resources import recommend
 from .sharding import current_rank_world
 from .sizing import nbytes
 from .stats import LoaderStats
@@ -79,7 +80,12 @@ class Loader:
 
     Args:
         pipeline: the ``streambuf.Pipeline`` (batching happens inside it: ``.batch(n)``).
-        num_workers: DataLoader worker processes (0: iterate in this process).
+        num_workers: DataLoader worker processes (0: iterate in this process), or
+            ``"auto"``: ``streambuf.recommend()``'s count from the CPU limit (cgroup
+            quota, affinity): one process per usable CPU, one left for the training loop
+            above two. Worth it where the work holds the GIL (Python decode, parsing);
+            where samples wait (I/O, sleeps), ``map(threads="auto")`` adds concurrency
+            more cheaply than processes.
         max_batches: batches in flight at most (>= num_workers when in_order).
         max_bytes: bytes in flight at most (int or "4GiB"); covers the batch being built
             and the stage buffers.
@@ -112,7 +118,7 @@ class Loader:
         pipeline: Pipeline,
         /,
         *,
-        num_workers: int,
+        num_workers: int | str,
         max_batches: int,
         max_bytes: int | str,
         in_order: bool = True,
@@ -131,7 +137,11 @@ class Loader:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
         self.pipeline = pipeline
-        self.num_workers = check_int(num_workers, name="num_workers")
+        if num_workers == "auto":
+            num_workers = recommend().num_workers
+        elif isinstance(num_workers, str):
+            raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
+        self.num_workers = num_workers = check_int(num_workers, name="num_workers")
         self.max_batches = parse_count(max_batches, name="max_batches")
         self.max_bytes = parse_bytes(max_bytes)
         self.in_order = check_bool(in_order, name="in_order")

@@ -22,6 +22,7 @@ State: ``state_dict()``/``load_state_dict()`` checkpoint an in-process iteration
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from torch.utils.data import IterableDataset
@@ -140,13 +141,19 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         fn: Callable[[Any], Any],
         /,
         *,
-        threads: int = 1,
+        threads: int | str = 1,
         ordered: bool = True,
         max_items: int | None = None,
         max_bytes: int | str | None = None,
         adaptive: bool = True,
+        max_threads: int | None = None,
     ) -> Pipeline:
         """Apply ``fn`` to each item, on ``threads`` threads inside each worker.
+
+        ``threads="auto"``: the count is chosen by measurement in each worker (up to
+        ``max_threads``, default 64, and what ``max_bytes`` has room for): it grows while
+        the rate rises and shrinks when fewer threads deliver as much (docs/design.md,
+        "Autotuned parallelism"); pin a number to turn it off.
 
         ``adaptive`` (default): while running ``fn`` inline in the worker's own thread
         measures faster than the threads (a cheap function holding the GIL), it runs
@@ -161,6 +168,7 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
                 max_items=max_items,
                 max_bytes=max_bytes,  # type: ignore[arg-type]
                 adaptive=adaptive,
+                max_threads=max_threads,
             )
         )
 
@@ -259,8 +267,12 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         fluent descendant) since it was built: ``shards`` (``shards()``: shard reads,
         samples, I/O, cache), ``videos`` (``video.clips()``), ``mix`` (``mix()``: samples
         taken per source, restarts) and a mix's ``sources``; ``as_dict(flat=True)`` for
-        loggers."""
-        return self._src.stats()
+        loggers. ``threads``: the count each ``map(threads="auto")`` stage uses now."""
+        threads = tuple(
+            t for t in (s.thread_stats() for s in self._stages if isinstance(s, Map)) if t
+        )
+        got = self._src.stats()
+        return replace(got, threads=threads) if threads else got
 
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:

@@ -20,6 +20,14 @@ for its next result *before* pulling it, so results being made count against
   threads' items on from where they stopped. Order, bounds and errors are the same in
   both modes.
 
+* ``threads="auto"``: the number of producer threads is chosen by measurement
+  (``streambuf._tuner``): it starts at 4 (at most ``max_threads``), grows while the
+  rate the consumer sees rises and the byte bound has room for each thread's item, and
+  shrinks when fewer threads deliver as much. Lanes start as the count grows; a lane
+  above the count parks before it reserves room for its next item, after committing the
+  one it made (nothing is dropped, nothing held while parked); order, bounds and errors
+  are those of a fixed count. ``tuner.history`` records every change.
+
 Errors: an exception in the source or in ``fn`` is re-raised in the consumer, the same
 object with its original traceback and a note naming the stage, thread and item index;
 held items are dropped at that point (fail fast). Shutdown: leaving the loop (``break``,
@@ -37,8 +45,10 @@ from typing import Any, Generic, TypeVar
 
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
+from ._tuner import ThreadTuner
 from ._units import parse_count
 from .errors import add_note
+from .resources import cpu_share
 from .sizing import nbytes
 from .stats import BufferStats
 from .window import Window
@@ -47,6 +57,23 @@ __all__ = ["ThreadPrefetcher", "prefetch"]
 
 T = TypeVar("T")
 _END = object()
+MAX_THREADS = 64  # threads="auto": the default ceiling per process
+
+
+def parse_threads(threads: Any, max_threads: Any = None) -> tuple[int, bool]:
+    """``threads`` (an int >= 1 or ``"auto"``) and ``max_threads`` (None or an int >= 1,
+    only with ``"auto"``) -> (lanes to provision, auto?). The one validation of both."""
+    if threads == "auto":
+        top = MAX_THREADS if max_threads is None else parse_count(max_threads, name="max_threads")
+        return top, True
+    if isinstance(threads, str):
+        raise ValueError(f"threads={threads!r} must be an int >= 1 or 'auto'")
+    if max_threads is not None:
+        raise ValueError(
+            f"max_threads={max_threads!r} bounds threads='auto' only (threads={threads!r} "
+            "is fixed): pass threads='auto', or drop max_threads"
+        )
+    return parse_count(threads, name="threads"), False
 
 
 class _Steps:
@@ -72,7 +99,10 @@ class ThreadPrefetcher(Generic[T]):
         iterable: the source; iterated once, on the producer threads.
         max_items: items held at most, including those being made.
         max_bytes: bytes held at most (int or "1GiB"), oversize rule as in ``Window``.
-        threads: producer threads (>= 1).
+        threads: producer threads (>= 1), or ``"auto"`` (module docstring).
+        max_threads: with ``threads="auto"``: the most threads (default 64).
+        on_threads: with ``threads="auto"``: called with the count when iteration
+            starts, at each change, and with 0 when the stage closes (a gauge).
         fn: applied to each item on a producer thread; identity if None.
         ordered: deliver in source order (True) or as soon as ready (False).
         sizeof: bytes of one output item; ``streambuf.nbytes`` by default.
@@ -89,15 +119,17 @@ class ThreadPrefetcher(Generic[T]):
         *,
         max_items: int,
         max_bytes: int | str,
-        threads: int = 1,
+        threads: int | str = 1,
         fn: Callable[[Any], T] | None = None,
         ordered: bool = True,
         sizeof: Callable[[Any], int] = nbytes,
         name: str | None = None,
         join_timeout_s: float = 1.0,
         adaptive: bool = False,
+        max_threads: int | None = None,
+        on_threads: Callable[[int], None] | None = None,
     ) -> None:
-        self._threads_n = parse_count(threads, name="threads")
+        self._threads_n, auto = parse_threads(threads, max_threads)
         self._source = iterable
         self._fn = fn
         self._ordered = ordered
@@ -107,18 +139,24 @@ class ThreadPrefetcher(Generic[T]):
         self._next_index = 0  # items pulled (threads and inline)
         self._next_seq = 0  # items pulled by the threads: the window's numbers
         self._exhausted = False
-        self._adaptive = bool(adaptive) and fn is not None and self._threads_n > 1
+        self._adaptive = bool(adaptive) and fn is not None and (self._threads_n > 1 or auto)
         self._pause = threading.Condition()  # producers wait here while paused
         self._paused = False
         self._stopped = False
         self._delivered = 0  # items the consumer has yielded (adaptive mode)
         self.inline_items = 0  # items made inline, in the consumer's thread
+        self.tuner: ThreadTuner | None = None
+        if auto:
+            self.tuner = ThreadTuner(max_threads=self._threads_n, cpus=cpu_share(), room=self._room)
+        self._active = self.tuner.count if self.tuner is not None else self._threads_n
+        self._on_threads = on_threads
         window: Window[T] = Window(
             lanes=self._threads_n,
             order="sequence" if ordered else "first_ready",
             max_items=max_items,
             max_bytes=max_bytes,
         )
+        self._window = window
         self._runner: LaneRunner[T] = LaneRunner(
             [self._make_work(t) for t in range(self._threads_n)],
             window=window,
@@ -127,8 +165,11 @@ class ThreadPrefetcher(Generic[T]):
             name=self.name,
             join_timeout_s=join_timeout_s,
             on_close=self._stop_producers,
+            initial=self._active,
+            gate=self._gate if auto else None,
         )
-        self.chooser = InlineChooser(max(4 * self._threads_n, 32)) if self._adaptive else None
+        chooser_window = 32 if auto else max(4 * self._threads_n, 32)
+        self.chooser = InlineChooser(chooser_window) if self._adaptive else None
 
     # -- producers --------------------------------------------------------------------
     def _pull(self) -> tuple[int, int, Any] | object:
@@ -159,14 +200,61 @@ class ThreadPrefetcher(Generic[T]):
             item = next(self._it)
         except StopIteration:
             self._exhausted = True
+            self._no_more_lanes()
             return _END
         except BaseException as exc:
             self._exhausted = True
+            self._no_more_lanes()
             add_note(exc, f"streambuf: raised in stage {self.name!r} by the source iterator")
             raise
         idx = self._next_index
         self._next_index += 1
         return idx, item
+
+    # -- the thread count (threads="auto") ----------------------------------------------
+    def _room(self) -> int:
+        """Threads the bounds have room for: one item in flight each."""
+        win = self._window
+        largest = self._runner.largest
+        if largest <= 0:
+            return win.max_items
+        return max(1, min(win.max_items, win.max_bytes // largest))
+
+    def _gate(self, lane: int) -> bool:
+        """Before lane ``lane`` reserves room: parks while the lane is above the count;
+        False (the lane ends) once the source is exhausted or the stage stopped."""
+        if lane < self._active:
+            return True
+        with self._pause:
+            while lane >= self._active and not (self._stopped or self._exhausted):
+                self._pause.wait()
+            return lane < self._active and not self._stopped
+
+    def _set_threads(self, count: int) -> None:
+        with self._pause:
+            self._active = count
+            self._pause.notify_all()
+        self._runner.start(count)
+        if self._on_threads is not None:
+            self._on_threads(count)
+
+    def _no_more_lanes(self) -> None:
+        """The source is exhausted: parked lanes end, unstarted ones never start."""
+        with self._pause:
+            self._pause.notify_all()
+        self._runner.seal()
+
+    @property
+    def threads(self) -> int:
+        """Producer threads in use now (the tuned count with ``threads="auto"``)."""
+        return self._active
+
+    def _tick(self) -> None:
+        tuner = self.tuner
+        if tuner is not None:
+            count = tuner.tick()
+            if count is not None:
+                self._set_threads(count)
 
     def _stop_producers(self) -> None:
         with self._pause:
@@ -210,10 +298,28 @@ class ThreadPrefetcher(Generic[T]):
 
     # -- consumer ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[T]:
-        if self.chooser is None:
-            yield from self._runner
+        if self.tuner is None:
+            if self.chooser is None:
+                yield from self._runner
+            else:
+                yield from self._adaptive_iter(self.chooser)
             return
-        yield from self._adaptive_iter(self.chooser)
+        gauge = self._on_threads
+        if gauge is not None:
+            gauge(self._active)
+        try:
+            if self.chooser is not None:
+                yield from self._adaptive_iter(self.chooser)
+                return
+            try:
+                for item in self._runner:
+                    self._tick()
+                    yield item
+            finally:
+                self._runner.close()
+        finally:
+            if gauge is not None:
+                gauge(0)
 
     def _all_delivered(self) -> bool:
         with self._src_lock:
@@ -252,11 +358,14 @@ class ThreadPrefetcher(Generic[T]):
                         out = next(runner)
                     except StopIteration:
                         return
+                    self._tick()
                 self._delivered += 1
                 action = chooser.tick()
                 if action == "pause":
                     self._set_paused(True)
                 elif action == "resume":
+                    if self.tuner is not None:
+                        self.tuner.restart()
                     self._set_paused(False)
                 yield out
         finally:
@@ -283,11 +392,12 @@ def prefetch(
     *,
     max_items: int,
     max_bytes: int | str,
-    threads: int = 1,
+    threads: int | str = 1,
     fn: Callable[[Any], Any] | None = None,
     ordered: bool = True,
     sizeof: Callable[[Any], int] = nbytes,
     name: str | None = None,
+    max_threads: int | None = None,
 ) -> ThreadPrefetcher[Any]:
     """Prefetch ``iterable`` on background threads into a byte- and count-bounded buffer.
 
@@ -304,4 +414,5 @@ def prefetch(
         ordered=ordered,
         sizeof=sizeof,
         name=name,
+        max_threads=max_threads,
     )

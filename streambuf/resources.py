@@ -18,7 +18,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Limits", "Recommendation", "cpu_limit", "memory_limit", "read_limits", "recommend"]
+__all__ = [
+    "Limits",
+    "Recommendation",
+    "cpu_limit",
+    "cpu_share",
+    "memory_limit",
+    "read_limits",
+    "recommend",
+]
 
 _NO_LIMIT_V1 = 1 << 60  # v1 reports "no limit" as a huge page-aligned number
 
@@ -80,6 +88,15 @@ def cpu_limit(
         if q and p and int(q) > 0:
             limits.append(int(q) / int(p))
     return max(0.01, min(limits))
+
+
+def cpu_share() -> float:
+    """CPUs one process of a loader may count on: ``cpu_limit()`` shared evenly by the
+    DataLoader's workers when called in one (the whole limit otherwise)."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return cpu_limit() / (info.num_workers if info is not None else 1)
 
 
 def memory_limit(

@@ -5,7 +5,7 @@ method, ``open(up, env, k, state)``, that runs it for one iteration over a strea
 ``Rec`` objects (value, position, seq; ``streambuf._ledger``) and registers, when it
 holds samples of its own, a ``snapshot()`` for the pipeline's state:
 
-* ``Map`` (``threads > 1``: the lane runner through ``ThreadPrefetcher``; ordered by default),
+* ``Map`` (``threads > 1`` or ``"auto"``: the lane runner through ``ThreadPrefetcher``; ordered by default),
   ``Prefetch``: hold samples only in flight: those are pending in the ledger; no state.
 * ``Filter``: a dropped sample is settled (it is owed to nobody).
 * ``Flatten``: children take their parent's position plus their index; a resumed parent
@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._collate import Collator
+from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats
 from ._ledger import Ledger, Rec
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
-from .prefetch import ThreadPrefetcher
-from .sharding import hash_seed
+from .prefetch import ThreadPrefetcher, parse_threads
+from .sharding import current_worker, hash_seed
 from .sizing import nbytes
 
 __all__ = [
@@ -132,16 +133,21 @@ def _call(fn: Callable[[Any], Any], name: str) -> Callable[[Rec], Rec]:
 @dataclass(frozen=True)
 class Map(Stage):
     fn: Callable[[Any], Any]
-    threads: int = 1
+    threads: int | str = 1
     ordered: bool = True
     max_items: int | None = None
     max_bytes: int | None = None
     adaptive: bool = True
+    max_threads: int | None = None
+    # threads="auto": the count in use per worker, in shared memory (``stats()``)
+    counters: SharedCounters | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise TypeError(f"map(fn): fn={self.fn!r} is not callable")
-        parse_count(self.threads, name="threads")
+        _, auto = parse_threads(self.threads, self.max_threads)
+        if auto and self.counters is None:
+            object.__setattr__(self, "counters", SharedCounters(THREAD_COUNTS))
         check_bool(self.ordered, name="ordered")
         check_bool(self.adaptive, name="adaptive")
         if self.max_items is not None:
@@ -156,30 +162,68 @@ class Map(Stage):
 
     @property
     def buffers(self) -> bool:  # type: ignore[override]
-        return self.threads > 1
+        return self.threaded
+
+    @property
+    def threaded(self) -> bool:
+        """Runs on threads: ``threads > 1`` or ``"auto"``."""
+        lanes, auto = parse_threads(self.threads, self.max_threads)
+        return auto or lanes > 1
 
     def replay(self, value: Any, pos: tuple[int, ...]) -> Any:
         return self.fn(value)
 
+    def thread_stats(self) -> ThreadStats | None:
+        """``threads="auto"``: the count in use over every worker (else None)."""
+        if self.counters is None:
+            return None
+        c = self.counters.totals()
+        top = parse_threads(self.threads, self.max_threads)[0]
+        return ThreadStats(self.name, c["threads"], c["running"], c["changes"], top)
+
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         call = _call(self.fn, self.name)
-        if self.threads == 1:
+        lanes, auto = parse_threads(self.threads, self.max_threads)
+        if lanes == 1 and not auto:
             return map(call, up)
-        depth = self.max_items if self.max_items is not None else self.threads
+        depth = self.max_items if self.max_items is not None else lanes
         mb = self.max_bytes or env.stage_bytes or (256 << 20)
         return iter(
             ThreadPrefetcher(
                 up,
-                max_items=max(depth, self.threads),
+                max_items=max(depth, 1 if auto else lanes),
                 max_bytes=mb,
                 threads=self.threads,
+                max_threads=self.max_threads,
                 fn=call,
                 ordered=self.ordered,
                 sizeof=lambda rec: nbytes(rec.value),
                 name=self.name,
                 adaptive=self.adaptive,
+                on_threads=_thread_gauge(self.counters) if auto else None,
             )
         )
+
+
+def _thread_gauge(counters: SharedCounters | None) -> Callable[[int], None] | None:
+    """This worker's row of a map stage's thread counters, kept equal to ``count``."""
+    if counters is None:
+        return None
+    worker = current_worker()[0]
+    shown = [0]
+
+    def show(count: int) -> None:
+        counters.add(
+            worker,
+            {
+                "threads": count - shown[0],
+                "running": (count > 0) - (shown[0] > 0),
+                "changes": int(shown[0] > 0 and count > 0),
+            },
+        )
+        shown[0] = count
+
+    return show
 
 
 @dataclass(frozen=True)
@@ -414,15 +458,24 @@ def map_items(
     fn: Callable[[Any], Any],
     /,
     *,
-    threads: int = 1,
+    threads: int | str = 1,
     ordered: bool = True,
     max_items: int | None = None,
     max_bytes: int | str = "256MiB",
+    max_threads: int | None = None,
 ) -> Iterator[Any]:
-    """Yield ``fn(x)`` for each ``x``; with ``threads > 1`` on a bounded thread pool
-    (results held ahead, made or being made, at most ``max_items`` (default ``threads``)
-    and ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
-    stage = Map(fn, threads=threads, ordered=ordered, max_items=max_items, max_bytes=max_bytes)  # type: ignore[arg-type]
+    """Yield ``fn(x)`` for each ``x``; with ``threads > 1`` (or ``"auto"``: a count
+    chosen by measurement, at most ``max_threads``) on a bounded thread pool (results
+    held ahead, made or being made, at most ``max_items`` (default ``threads``) and
+    ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
+    stage = Map(
+        fn,
+        threads=threads,
+        ordered=ordered,
+        max_items=max_items,
+        max_bytes=max_bytes,  # type: ignore[arg-type]
+        max_threads=max_threads,
+    )
     yield from _values(stage.open(_recs(it), Env(), 0, None))
 
 

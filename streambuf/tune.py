@@ -1,9 +1,11 @@
 """``streambuf tune``: measure a user's pipeline at several depths and recommend settings.
 
 The ladder method: iterate the pipeline through ``Loader`` for ``batches`` batches at
-each depth (``max_batches`` = 1, 2, 4, 8 x num_workers) and for each ``threads`` value
-of its threaded ``.map`` stages, with the tuner off, measuring batches/s and the batch
-size. Recommendation: the fewest threads and the smallest depth within 5% of the best
+each depth (``max_batches`` = 1, 2, 4, 8 x num_workers), with the depth tuner off,
+measuring batches/s and the batch size. The threaded ``.map`` stages run with
+``threads="auto"`` (the run-time controller, ``streambuf._tuner``; each trial reports
+the count it chose per worker) unless ``threads`` lists fixed counts to try instead.
+Recommendation: the fewest threads and the smallest depth within 5% of the best
 throughput, and ``max_bytes`` = 1.25 x that depth's batches, never above the budget
 allowed by the memory limit read from this machine (``memory_fraction`` of the cgroup
 limit / physical memory, and of memory available now).
@@ -35,7 +37,7 @@ class TuneResult:
     num_workers: int
     max_batches: int
     max_bytes: int
-    threads: int | None
+    threads: int | str | None
     memory_cap_bytes: int
     batch_bytes: int
     trials: tuple[dict[str, Any], ...]
@@ -67,14 +69,35 @@ def load_pipeline(spec: str) -> Pipeline:
     return pipe
 
 
-def _with_threads(pipe: Pipeline, threads: int) -> Pipeline:
+def _with_threads(pipe: Pipeline, threads: int | str) -> Pipeline:
     new = Pipeline.__new__(Pipeline)
     new.__dict__.update(pipe.__dict__)
     new._stages = tuple(
-        replace(s, threads=threads) if isinstance(s, Map) and s.threads > 1 else s
+        replace(
+            s,
+            threads=threads,
+            max_threads=s.max_threads if threads == "auto" else None,
+            counters=None,
+        )
+        if isinstance(s, Map) and s.threaded
+        else s
         for s in pipe._stages
     )
     return new
+
+
+def _chosen(pipe: Pipeline) -> float | None:
+    """Threads per worker the ``threads="auto"`` stages use now (their mean), or None."""
+    got = [t.threads / t.running for t in pipe.stats().threads if t.running]
+    return sum(got) / len(got) if got else None
+
+
+def _count(trial: dict[str, Any]) -> float:
+    """A trial's threads per worker, for preferring fewer: the chosen count with auto."""
+    th = trial["threads"]
+    if th == "auto":
+        return float(trial["chosen_threads"] or 0)
+    return float(th or 0)
 
 
 def _trial(
@@ -86,10 +109,14 @@ def _trial(
     n = 0
     t_first = None
     size = 0
+    chosen: list[float] = []
     for _ in loader:
         if n == 0:
             t_first = time.perf_counter()
         n += 1
+        got = _chosen(pipe)
+        if got is not None:
+            chosen.append(got)
         if n >= batches:
             break
     dt = time.perf_counter() - (t_first or time.perf_counter())
@@ -102,6 +129,9 @@ def _trial(
         "batches_per_s": (n - 1) / dt if dt > 0 and n > 1 else 0.0,
         "batch_bytes": size,
         "peak_in_flight_bytes": st.budget.peak_in_flight_bytes if st.budget else 0,
+        # threads="auto": the count per worker at the end of the trial (and on the way)
+        "chosen_threads": round(chosen[-1], 1) if chosen else None,
+        "threads_over_time": [round(c, 1) for c in chosen[:: max(1, len(chosen) // 8)]],
     }
 
 
@@ -111,7 +141,7 @@ def tune(
     num_workers: int = 2,
     batches: int = 30,
     depths: tuple[int, ...] = (1, 2, 4, 8),
-    threads: tuple[int, ...] = (4, 16, 32),
+    threads: tuple[int | str, ...] = ("auto",),
     memory_fraction: float = 0.25,
     limits: Limits | None = None,
     available_bytes: int | None = None,
@@ -127,8 +157,8 @@ def tune(
 
         available_bytes = memory_available()
     cap = max(1 << 20, int(min(lim.memory_bytes, available_bytes) * memory_fraction))
-    threaded = any(isinstance(s, Map) and s.threads > 1 for s in pipe._stages)
-    thread_opts: tuple[int | None, ...] = tuple(threads) if threaded else (None,)
+    threaded = any(isinstance(s, Map) and s.threaded for s in pipe._stages)
+    thread_opts: tuple[int | str | None, ...] = tuple(threads) if threaded else (None,)
     trials: list[dict[str, Any]] = []
     for th in thread_opts:
         p = _with_threads(pipe, th) if th is not None else pipe
@@ -138,18 +168,23 @@ def tune(
             t["threads"] = th
             trials.append(t)
             if verbose:
+                chose = t["chosen_threads"]
                 print(
                     f"threads={th} max_batches={depth:3d}: {t['batches_per_s']:8.1f} batches/s, "
-                    f"batch {t['batch_bytes'] / (1 << 20):.1f} MiB",
+                    f"batch {t['batch_bytes'] / (1 << 20):.1f} MiB"
+                    + (f", chose {chose:g} threads per worker" if chose is not None else ""),
                     flush=True,
                 )
     best = max(t["batches_per_s"] for t in trials)
     good = [t for t in trials if t["batches_per_s"] >= 0.95 * best]
-    pick = min(good, key=lambda t: ((t["threads"] or 0), t["depth"]))
+    pick = min(good, key=lambda t: (_count(t), t["depth"]))
     batch_bytes = max(t["batch_bytes"] for t in trials)
     max_bytes = min(cap, max(1 << 20, math.ceil(1.25 * pick["depth"] * max(1, batch_bytes))))
+    chose = pick.get("chosen_threads")
     reasons = (
-        f"best throughput {best:.1f} batches/s; threads={pick['threads']}, "
+        f"best throughput {best:.1f} batches/s; threads={pick['threads']!r}"
+        + (f" (it chose {chose:g} per worker)" if chose is not None else "")
+        + ", "
         f"max_batches={pick['depth']} reach {pick['batches_per_s']:.1f} (within 5%) with the "
         "fewest threads and the smallest depth",
         f"max_bytes = 1.25 x {pick['depth']} batches of {batch_bytes / (1 << 20):.1f} MiB, "
@@ -171,7 +206,7 @@ def tune(
         print(
             f"  Loader(pipe, num_workers={num_workers}, max_batches={res.max_batches}, "
             f"max_bytes={res.max_bytes >> 20}MiB)"
-            + (f" with .map(..., threads={res.threads})" if res.threads else "")
+            + (f" with .map(..., threads={res.threads!r})" if res.threads else "")
         )
         for r in reasons:
             print("  because", r)

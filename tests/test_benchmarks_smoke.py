@@ -42,7 +42,13 @@ def test_latency_has_every_peer_and_the_zero_latency_rows(tmp_path):
     assert {h["workload"] for h in data["headline"]} == {
         "latency seed (10 ms/sample)",
         "latency seed (0 ms/sample)",
+        "latency seed (10 ms/sample), threads='auto'",
     }
+    auto = [r for r in data["rows"] if r["config"].get("threads") == "auto"]
+    assert len(auto) == 1 and auto[0]["runs"][0]["threads_over_time"], auto
+    # the auto headline says which count it chose and when it settled
+    h = next(h for h in data["headline"] if "auto" in h["workload"])
+    assert "chose" in h["how"] and "settled at" in h["how"]
     assert (tmp_path / "latency.png").stat().st_size > 0
 
 
@@ -74,7 +80,11 @@ def test_mixed_compares_processes_x_threads_with_each_alone(tmp_path):
     assert {r["kind"] for r in report["rows"]} == {"dataloader", "torchdata", "streambuf"}
     assert report["cpu_iters"] > 0
     assert all(r["config"]["cpu_iters"] == report["cpu_iters"] for r in report["rows"])
-    saved(tmp_path, "mixed")
+    data = saved(tmp_path, "mixed")
+    workloads = [h["workload"] for h in data["headline"]]
+    assert "mixed, threads='auto'" in workloads, workloads
+    names = {r["name"] for r in data["rows"]}
+    assert {"cpu-bound: streambuf 2x1 thread", "cpu-bound: streambuf 2x auto threads"} <= names
 
 
 @pytest.mark.parametrize("mod", [memory, stall, bursty], ids=lambda m: m.__name__.split(".")[-1])

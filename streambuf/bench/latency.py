@@ -16,7 +16,14 @@ Loaders, same samples, same batch size, same collate:
   threads as streambuf has in all (4 x 8 = 32; no IPC at all);
 * ``streambuf``: ``Pipeline.map(threads=8).batch(32)`` through ``Loader`` with 4
   workers, ``max_batches`` = 2 per worker and ``max_bytes`` = 2 batches per worker of
-  credit (a quarter more for the stage buffers).
+  credit (a quarter more for the stage buffers); and the same with ``threads="auto"``
+  (the count chosen at run time in each worker, ``streambuf._tuner``: the rows record
+  the total over workers every 8 batches and when it last changed).
+
+**50 ms rows** (remote-storage latency, 64 KiB samples): torchdata.nodes 32 threads
+against streambuf 4 x 8 and 4 x ``"auto"`` threads, both streambuf rows with
+``max_bytes`` = 64 MiB (what a user would give a loader of 2 MiB batches; the auto count
+stays within it). No DataLoader row (at 50 ms it would take minutes).
 
 Zero-latency rows of each (the transport ceiling: what each loader moves when the
 samples cost nothing) sit beside them, with streambuf also at ``adaptive=False`` (its
@@ -35,7 +42,7 @@ from typing import Any
 
 from ._benchmark import Benchmark
 from ._harness import MIB, measure_configs, run_config, with_growth
-from ._report import Headline, Ladder, versus
+from ._report import Headline, Ladder, short_name, versus
 
 LATENCY_S = 0.010
 BATCH = 32
@@ -43,6 +50,7 @@ WORKERS = 4
 THREADS = 8
 WORKLOADS = {"seed": [3, 224, 224], "64KiB": [16384]}
 RUNNER = "streambuf.bench.workloads:run_loader"
+SLOW_WORKLOAD, SLOW_S, SLOW_MAX_BYTES = "64KiB", 0.050, 64 * MIB  # the 50 ms rows
 
 
 def _settings(mode: str) -> dict[str, Any]:
@@ -104,6 +112,30 @@ def configs(mode: str) -> list[dict[str, Any]]:
         )
         out.append(dict(tdn, name=f"{wl}: torchdata.nodes {total} threads"))
         out.append(dict(sb, name=f"{wl}: streambuf {s['workers']}x{s['threads']} threads"))
+        out.append(dict(sb, threads="auto", name=f"{wl}: streambuf {s['workers']}x auto threads"))
+        if wl == SLOW_WORKLOAD and mode != "tiny":
+            # remote-storage latency: 50 ms a sample; the byte budget a user would give
+            # a 2 MiB-batch loader (64 MiB), the same for both streambuf rows
+            slow = dict(
+                base,
+                workload=f"{wl} {SLOW_S * 1e3:.0f} ms",
+                latency_s=SLOW_S,
+                batches=max(20, base["batches"] // 2),
+            )
+            out.append(
+                dict(tdn, **slow, name=f"{slow['workload']}: torchdata.nodes {total} threads")
+            )
+            for threads in (s["threads"], "auto"):
+                out.append(
+                    dict(
+                        sb,
+                        **slow,
+                        threads=threads,
+                        max_bytes=SLOW_MAX_BYTES,
+                        name=f"{slow['workload']}: streambuf {s['workers']}x"
+                        f"{threads if threads != 'auto' else ' auto'} threads",
+                    )
+                )
         if wl in s["ladder_workloads"]:
             deep = max(s["pfs"])
             # 0 ms rows run 5x the batches: at 100-300 batches/s the base count is under a
@@ -164,11 +196,14 @@ def _measure(mode: str) -> dict[str, Any]:
 def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
     rows = report["rows"]
     ref = {r["config"]["workload"]: r for r in rows if r["name"].endswith("DataLoader pf=2")}
+    nan = float("nan")
     out: list[tuple[Any, ...]] = [
         (
             r["name"],
             r["batches_per_s"],
-            r["batches_per_s"] / ref[r["config"]["workload"]]["batches_per_s"],
+            r["batches_per_s"] / ref[r["config"]["workload"]]["batches_per_s"]
+            if r["config"]["workload"] in ref
+            else nan,  # the 50 ms rows have no DataLoader row (minutes at 50 ms)
             r["growth_bytes"] / MIB,
         )
         for r in rows
@@ -186,13 +221,28 @@ def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def _headline(report: dict[str, Any]) -> list[Headline | None]:
     s = report["settings"]
-    return [
+
+    def rows(wl: str, lat: float) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in report["rows"]
+            if (r["config"]["workload"], r["config"]["latency_s"]) == (wl, lat)
+        ]
+
+    def auto(r: dict[str, Any]) -> bool:
+        return r["config"]["kind"] == "streambuf" and r["config"].get("threads") == "auto"
+
+    def chose(r: dict[str, Any], peer: dict[str, Any]) -> str:
+        counts = r.get("threads_over_time") or [(None, 0)]
+        return (
+            f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose "
+            f"{counts[-1][1]} in all, settled at {r.get('threads_settled_s')} s) vs "
+            f"{short_name(peer)}"
+        )
+
+    out: list[Headline | None] = [
         versus(
-            [
-                r
-                for r in report["rows"]
-                if (r["config"]["workload"], r["config"]["latency_s"]) == (wl, lat)
-            ],
+            rows(wl, lat),
             "batches_per_s",
             workload=f"latency {wl} ({lat * 1e3:.0f} ms/sample)",
             metric="batches/s",
@@ -202,6 +252,21 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
         for wl in s["workloads"]
         for lat in (LATENCY_S, 0.0)
     ]
+    slow = f"{SLOW_WORKLOAD} {SLOW_S * 1e3:.0f} ms"
+    for wl, lat in [(wl, LATENCY_S) for wl in s["workloads"]] + [(slow, SLOW_S)]:
+        got = rows(wl, lat)
+        out.append(
+            versus(
+                got,
+                "batches_per_s",
+                workload=f"latency {wl.split()[0]} ({lat * 1e3:.0f} ms/sample), threads='auto'",
+                metric="batches/s",
+                mine=auto,
+                peers=lambda r: r["config"]["kind"] == "torchdata",
+                how=chose,
+            )
+        )
+    return out
 
 
 def _plot(report: dict[str, Any]) -> Ladder:

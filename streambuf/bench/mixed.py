@@ -10,7 +10,14 @@ beat both. Compared in one run, interleaved:
 
 * ``DataLoader`` over a map-style Dataset, 4 workers, ``prefetch_factor`` 1, 2, 4, 8;
 * ``torchdata.nodes`` ``ParallelMapper(method="thread")``, 32 threads in one process;
-* ``streambuf`` ``Loader``: 4 workers x 8 threads (32 in all).
+* ``streambuf`` ``Loader``: 4 workers x 8 threads (32 in all), then the ladder of fixed
+  counts (4 workers x 1, 2, 4, 16 threads) and ``threads="auto"`` (the count chosen at
+  run time: it must match the best fixed count).
+
+A **CPU-bound** section beside it: the same samples with no sleep at all (2 ms of pure
+Python each), streambuf ``threads=1`` against ``threads="auto"`` (the controller must not
+add threads that fight over the GIL) and ``threads="auto", adaptive=False`` (the
+controller alone, without the inline chooser).
 
     streambuf bench mixed [--quick] [--out DIR]
 """
@@ -22,7 +29,7 @@ from typing import Any
 
 from ._benchmark import Benchmark
 from ._harness import measure_configs, run_config
-from ._report import Headline, Ladder, best_peer, versus
+from ._report import Headline, Ladder, best_peer, short_name, versus
 from .workloads import calibrate_spin
 
 SHAPE = [3, 64, 64]
@@ -41,6 +48,7 @@ def _settings(mode: str) -> dict[str, Any]:
             "pfs": [2],
             "repeats": 1,
             "isolate": False,
+            "ladder": [],
         }
     quick = mode == "quick"
     return {
@@ -50,6 +58,7 @@ def _settings(mode: str) -> dict[str, Any]:
         "pfs": [2, 8] if quick else [1, 2, 4, 8],
         "repeats": 1 if quick else 3,
         "isolate": True,
+        "ladder": [1, 2, 4, 16],  # besides "threads" (8)
     }
 
 
@@ -71,14 +80,27 @@ def configs(mode: str, cpu_iters: int) -> list[dict[str, Any]]:
     total = s["workers"] * s["threads"]
     out.append(dict(base, kind="torchdata", threads=total, name=f"torchdata.nodes {total} threads"))
     batch_bytes = BATCH * 4 * math.prod(SHAPE)
+    sb = dict(
+        base,
+        kind="streambuf",
+        max_batches=2 * s["workers"],
+        max_bytes=math.ceil(4 / 3 * 2 * s["workers"] * batch_bytes),
+    )
+    w = s["workers"]
+    out.append(dict(sb, threads=s["threads"], name=f"streambuf {w}x{s['threads']} threads"))
+    for k in s["ladder"]:
+        out.append(dict(sb, threads=k, name=f"streambuf {w}x{k} threads"))
+    out.append(dict(sb, threads="auto", name=f"streambuf {w}x auto threads"))
+    # CPU-bound: no sleep, 2 ms of pure Python a sample
+    cpu = dict(sb, latency_s=0.0, section="cpu")
+    out.append(dict(cpu, threads=1, name=f"cpu-bound: streambuf {w}x1 thread"))
+    out.append(dict(cpu, threads="auto", name=f"cpu-bound: streambuf {w}x auto threads"))
     out.append(
         dict(
-            base,
-            kind="streambuf",
-            threads=s["threads"],
-            max_batches=2 * s["workers"],
-            max_bytes=math.ceil(4 / 3 * 2 * s["workers"] * batch_bytes),
-            name=f"streambuf {s['workers']}x{s['threads']} threads",
+            cpu,
+            threads="auto",
+            adaptive=False,
+            name=f"cpu-bound: streambuf {w}x auto threads, adaptive=False",
         )
     )
     return out
@@ -97,15 +119,21 @@ def _measure(mode: str) -> dict[str, Any]:
     return {"settings": s, "cpu_iters": cpu_iters, "cpu_s_target": CPU_S, "rows": rows}
 
 
+def _mixed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["config"].get("section") != "cpu"]
+
+
 def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
     rows = report["rows"]
-    peer = best_peer([r for r in rows if r["kind"] != "streambuf"], "batches_per_s")
+    peer = best_peer([r for r in _mixed(rows) if r["kind"] != "streambuf"], "batches_per_s")
+    # the CPU-bound rows: against streambuf threads=1 (the count auto must not lose to)
+    one = next((r for r in rows if r["name"].startswith("cpu-bound") and "x1 " in r["name"]), peer)
     return [
         (
             r["name"],
             r["batches_per_s"],
             r["samples_per_s"],
-            r["batches_per_s"] / peer["batches_per_s"],
+            r["batches_per_s"] / (one if r["config"].get("section") else peer)["batches_per_s"],
         )
         for r in rows
     ]
@@ -113,15 +141,35 @@ def _table(report: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def _headline(report: dict[str, Any]) -> list[Headline | None]:
     s = report["settings"]
+    rows = report["rows"]
+
+    def auto(r: dict[str, Any]) -> bool:
+        return r["config"].get("threads") == "auto" and r["config"].get("adaptive", True)
+
+    def chose(r: dict[str, Any], peer: dict[str, Any]) -> str:
+        counts = r.get("threads_over_time") or [(None, 0)]
+        return (
+            f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose {counts[-1][1]} in "
+            f"all) vs {short_name(peer)}"
+        )
+
     return [
         versus(
-            report["rows"],
+            _mixed(rows),
             "batches_per_s",
             workload=f"mixed ({LATENCY_S * 1e3:.0f} ms I/O + {CPU_S * 1e3:.0f} ms Python per sample)",
             metric="batches/s",
             how=f"batch {BATCH}, {s['workers']} workers x {s['threads']} threads vs DataLoader "
             "pf ladder and torchdata.nodes threads at equal total threads",
-        )
+        ),
+        versus(
+            _mixed(rows),
+            "batches_per_s",
+            workload="mixed, threads='auto'",
+            metric="batches/s",
+            mine=auto,
+            how=chose,
+        ),
     ]
 
 
@@ -133,7 +181,7 @@ BENCHMARK = Benchmark(
         f"pure Python ({r['cpu_iters']} loop turns) per sample, batch {BATCH}, "
         f"{r['settings']['workers']} workers"
     ),
-    columns=("run", "batches/s", "samples/s", "x strongest peer"),
+    columns=("run", "batches/s", "samples/s", "x strongest peer (cpu-bound rows: x threads=1)"),
     table=_table,
     headline=_headline,
     plot=lambda r: Ladder("mixed: 5 ms I/O + 2 ms pure Python per sample, batch 32", r["rows"]),

@@ -218,6 +218,17 @@ def loader_stats(loader: Any) -> dict[str, Any]:
     return out
 
 
+def _settled(counts: list[tuple[float, int]]) -> float | None:
+    """When the thread count last changed (the time of the first sample of the final
+    count), or None without samples."""
+    if not counts:
+        return None
+    last = len(counts) - 1
+    while last > 0 and counts[last - 1][1] == counts[-1][1]:
+        last -= 1
+    return counts[last][0]
+
+
 def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
     """Iterate the loader ``cfg`` describes once; the report (see the module docstring)."""
     maker = SampleMaker.from_config(cfg)
@@ -228,6 +239,9 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
     times: list[float] = []
     waits: list[float] = []
     seen = 0
+    # threads="auto": (seconds since the build, threads over all workers): batch 1, 9, ...
+    threads: list[tuple[float, int]] = []
+    tuned = cfg["kind"] == "streambuf" and cfg.get("threads") == "auto"
     try:
         t_req = time.perf_counter()
         for batch in built.loader:
@@ -235,6 +249,11 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
             waits.append(t_got - t_req)
             times.append(t_got)
             seen += int(batch.shape[0])
+            if tuned and len(times) % 8 == 1:
+                pipe = built.loader.pipeline  # type: ignore[attr-defined]
+                total = sum(t.threads for t in pipe.stats().threads)
+                if total:  # 0: the workers' stages ended (the epoch's tail)
+                    threads.append((round(t_got - t_build, 2), total))
             if step_s:
                 time.sleep(step_s)  # a train step: releases the GIL, as CUDA launches do
             t_req = time.perf_counter()
@@ -259,4 +278,5 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
         "batch_bytes": maker.nbytes * cfg["batch_size"],
         **built.info,
         **extra,
+        **({"threads_over_time": threads, "threads_settled_s": _settled(threads)} if tuned else {}),
     }

@@ -8,7 +8,18 @@ from tests.planted._mutant import Mutant
 
 __all__ = ["Mutant", "all_mutants"]
 
-GROUPS = ("core", "reliability", "options", "cache", "wds", "tests2", "tests2b", "arch", "cost")
+GROUPS = (
+    "core",
+    "reliability",
+    "options",
+    "cache",
+    "wds",
+    "tests2",
+    "tests2b",
+    "arch",
+    "cost",
+    "autotune",
+)
 
 
 def all_mutants() -> list[Mutant]:

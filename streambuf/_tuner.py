@@ -1,0 +1,205 @@
+"""How many threads a stage runs, decided by measurement (``threads="auto"``).
+
+A stage whose function waits (I/O, a sleep, a decode that releases the GIL) delivers at
+most ``threads / latency`` items per second; one whose function holds the GIL gains
+nothing from more threads and pays for their hand-offs. Which case a function is cannot
+be told from outside, and it changes with the storage, the CPU quota and the sample size,
+so ``ThreadTuner`` measures the rate the consumer sees (items delivered per second,
+downstream work included) at one count after another, and climbs:
+
+1. **measure** the current count: skip ``settle`` items after a change (default: two
+   per thread; the stage refills at the new count), then take at least ``window`` items,
+   four per thread (a waiting function's items arrive in bursts of ``count``) and
+   ``min_window_s`` seconds (one hiccup of a loaded machine does not decide);
+2. **up**: double the count (a smaller step where the limit caps it), up to the
+   *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
+   thread's item in flight counts against ``max_bytes``); no growth at all while the
+   process already keeps ``cpu_busy`` of its CPUs busy (``cpus``: the cgroup quota and
+   affinity, shared by the loader's workers). The new count is kept if the rate rose by
+   ``gain`` (for a doubling; a smaller step in proportion); then up again;
+3. **down**: when the first step up did not pay (or could not be taken), halve the
+   count (fewer threads may do the same work: the function holds the GIL, or something
+   downstream is the limit); then down
+   again (down to one thread: a GIL-bound function can be much faster on one thread
+   than on two) while the rate stays above ``fall`` of the best. The count kept is the
+   fewest threads measured within ``keep`` of the best rate;
+4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
+   seconds; the interval doubles each time a check confirms the count (up to
+   ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
+
+Only the decision (no threads, clocks passed in: unit-testable); ``ThreadPrefetcher``
+carries it out (``streambuf.prefetch``: starts lanes as the count grows; a lane above
+the count parks before it takes its next item, after delivering the one it holds).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+__all__ = ["ThreadTuner"]
+
+
+class ThreadTuner:
+    """The hill climb of the module docstring; ``tick()`` once per delivered item.
+
+    Attributes (read-only): ``count`` (threads now), ``history`` (``(seconds since the
+    start, count, items/s measured at the count before it)`` for every change),
+    ``settled_s`` (when the first check settled; None before).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_threads: int,
+        start: int = 4,
+        window: int = 32,
+        settle: int | None = None,
+        min_window_s: float = 0.05,
+        gain: float = 1.25,
+        keep: float = 0.95,
+        fall: float = 0.5,
+        cpu_busy: float = 0.9,
+        cpus: float = 1.0,
+        room: Callable[[], int] | None = None,
+        min_interval_s: float = 2.0,
+        max_interval_s: float = 60.0,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        if max_threads < 1:
+            raise ValueError(f"max_threads={max_threads!r} must be >= 1")
+        self.max_threads = int(max_threads)
+        self.window = max(4, int(window))
+        self._settle_items = settle
+        self.min_window_s = min_window_s
+        self.gain, self.keep, self.fall, self.cpu_busy = gain, keep, fall, cpu_busy
+        self.cpus = max(float(cpus), 1e-3)
+        self._room = room
+        self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
+        self._clock, self._cpu_clock = clock, cpu_clock
+        self._t_start = clock()
+        self.count = max(1, min(int(start), self.max_threads))
+        self.history: list[tuple[float, int, float]] = []
+        self.settled_s: float | None = None
+        self.busy = 0.0  # CPUs the process kept busy in the last window
+        self._interval = min_interval_s
+        self._check()
+
+    # -- the climb ----------------------------------------------------------------------
+    def _check(self) -> None:
+        """Start a check from the current count (steps 1-3)."""
+        self._from = self.count
+        self._rates: dict[int, float] = {}  # count -> items/s measured in this check
+        self._dir = ""  # "up" or "down" while a step is measured
+        self._prev = self.count  # the count measured before the step
+        self._climbed = False  # a step up was kept in this check
+        self._skip()
+
+    def _skip(self) -> None:
+        self._state, self._n = "skip", 0
+
+    def _measure(self) -> None:
+        self._state, self._n = "measure", 0
+        self._t0, self._c0 = self._clock(), self._cpu_clock()
+
+    def limit(self) -> int:
+        """The most threads allowed now: ``max_threads`` and the byte bound's room."""
+        room = self._room() if self._room is not None else self.max_threads
+        return max(1, min(self.max_threads, room))
+
+    def _set(self, count: int) -> int:
+        self.history.append((self._clock() - self._t_start, count, self._rates[self.count]))
+        self._prev = self.count
+        self.count = count
+        self._skip()
+        return count
+
+    def _up(self) -> int | None:
+        if self.busy >= self.cpu_busy * self.cpus:
+            return None  # the CPUs are busy: more threads would only fight for them
+        new = min(2 * self.count, self.limit())
+        if new <= self.count or new in self._rates:
+            return None
+        self._dir = "up"
+        return self._set(new)
+
+    def _down(self) -> int | None:
+        new = max(1, self.count // 2)
+        if new >= self.count or new in self._rates:
+            return None
+        self._dir = "down"
+        return self._set(new)
+
+    def _choose(self) -> int | None:
+        """End of a check: the fewest threads within ``keep`` of the best rate measured."""
+        best = max(self._rates.values())
+        count = min(c for c, r in self._rates.items() if r >= self.keep * best)
+        now = self._clock()
+        if count == self._from:
+            self._interval = min(2 * self._interval, self.max_interval_s)
+        else:
+            self._interval = self.min_interval_s
+        if self.settled_s is None:
+            self.settled_s = now - self._t_start
+        got = self._set(count) if count != self.count else None
+        self._state, self._decided_at = "settled", now
+        return got
+
+    def _measured(self, rate: float) -> int | None:
+        prev = self._rates.get(self._prev, 0.0) if self._dir else 0.0
+        self._rates[self.count] = rate
+        if self._dir == "up":
+            # a doubling must pay ``gain``; a smaller step (capped by the limit) in step
+            step = self.count / max(self._prev, 1) - 1.0
+            if rate >= (1.0 + (self.gain - 1.0) * step) * prev:
+                self._climbed = True
+                got = self._up()
+                return got if got is not None else self._choose()
+            if self._climbed:
+                return self._choose()
+            # the first step up did not pay: try fewer threads than where the check began
+            new = max(1, self._from // 2)
+            if new < self._from and new not in self._rates:
+                self._dir = "down"
+                return self._set(new)
+            return self._choose()
+        if self._dir == "down":
+            # on down while not clearly worse than the best so far (a GIL-bound function
+            # can be much faster on one thread than on two: do not stop at two)
+            if rate < self.fall * max(self._rates.values()):
+                return self._choose()
+            got = self._down()
+            return got if got is not None else self._choose()
+        got = self._up()  # the check's first measurement, at the current count
+        if got is None:
+            got = self._down()
+        return got if got is not None else self._choose()
+
+    # -- per item -----------------------------------------------------------------------
+    def tick(self) -> int | None:
+        """Account one delivered item; the new thread count when it changes, else None."""
+        self._n += 1
+        state = self._state
+        if state == "skip":
+            settle = self._settle_items
+            if self._n >= (settle if settle is not None else max(8, 2 * self.count)):
+                self._measure()
+        elif state == "measure":
+            # every thread delivers a few items in a window: a waiting function's items
+            # come in bursts of ``count``, and a window of one burst measures nothing
+            if self._n >= max(self.window, 4 * self.count):
+                now = self._clock()
+                dt = now - self._t0
+                if dt >= self.min_window_s:
+                    self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
+                    return self._measured(self._n / max(dt, 1e-9))
+        elif self._clock() - self._decided_at >= self._interval:
+            self._check()
+        return None
+
+    def restart(self) -> None:
+        """The stage's items stopped flowing through the threads for a while (ran
+        inline): measure afresh before the next decision."""
+        if self._state != "settled":
+            self._check()

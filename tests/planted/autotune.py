@@ -1,0 +1,52 @@
+"""The planted bugs of "Autotuned parallelism": the thread-count controller's rules
+(``streambuf._tuner``) and the lanes that carry its counts out (``streambuf._lanes``,
+``streambuf.prefetch``). Each must make the tests named beside it fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+_m = planted("autotune", default_file="tests/test_threads_auto.py")
+
+MUTANTS = [
+    _m(
+        "the controller never shrinks (a GIL-bound function keeps its threads)",
+        "streambuf/_tuner.py",
+        "            new = max(1, self._from // 2)\n",
+        "            new = self._from\n",
+        "::test_shrinks_to_one_thread_under_gil_bound_work",
+    ),
+    _m(
+        "the controller ignores the byte bound when growing",
+        "streambuf/_tuner.py",
+        "        return max(1, min(self.max_threads, room))",
+        "        return self.max_threads",
+        "::test_stops_at_the_byte_room",
+        "::test_the_byte_bound_caps_the_count_and_holds",
+    ),
+    _m(
+        "the controller grows while the CPUs are busy",
+        "streambuf/_tuner.py",
+        "        if self.busy >= self.cpu_busy * self.cpus:",
+        "        if False:",
+        "::test_stops_growing_while_the_cpus_are_busy",
+    ),
+    _m(
+        "a retired thread drops the item it made",
+        "streambuf/_lanes.py",
+        "                    got = next(it)\n",
+        "                    got = next(it)\n"
+        "                    if gate is not None and lane >= gate.__self__._active:  # type: ignore\n"
+        "                        win.release(lane)\n"
+        "                        continue\n",
+        "::test_order_and_exactly_once_while_threads_come_and_go[False]",
+    ),
+    _m(
+        "lanes never started are not finished when the source ends (a hang)",
+        "streambuf/_lanes.py",
+        "            for lane in range(len(self._threads), self._lanes):\n"
+        "                self.window.finish(lane)\n",
+        "            pass\n",
+        "::test_a_short_source_ends_with_lanes_never_started",
+    ),
+]

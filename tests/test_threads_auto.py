@@ -1,0 +1,307 @@
+"""``map(threads="auto")``: ``ThreadTuner``'s decisions on a fake clock (grows while the
+rate rises, stops at the byte room and at busy CPUs, shrinks under GIL-bound work, backs
+off its re-checks), and ``ThreadPrefetcher`` carrying them out: order, exactly-once,
+the byte bound, errors, shutdown and exact resume while threads are added and retired."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import streambuf as sb
+from streambuf._tuner import ThreadTuner
+from streambuf.prefetch import ThreadPrefetcher
+from streambuf.testing import check_resume
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- the controller on a fake clock --------------------------------------------------------
+class Clocks:
+    """A wall clock and a CPU clock that advance only when ``item`` is called."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.cpu = 0.0
+
+    def wall(self) -> float:
+        return self.t
+
+    def cpu_time(self) -> float:
+        return self.cpu
+
+    def item(self, rate: float, busy: float) -> None:
+        dt = 1.0 / rate
+        self.t += dt
+        self.cpu += busy * dt
+
+
+def tuner(clocks: Clocks, **kw) -> ThreadTuner:  # type: ignore[no-untyped-def]
+    opts = dict(max_threads=64, window=16, min_window_s=0.01, min_interval_s=1.0)
+    opts.update(kw)
+    return ThreadTuner(clock=clocks.wall, cpu_clock=clocks.cpu_time, **opts)  # type: ignore[arg-type]
+
+
+def drive(
+    t: ThreadTuner,
+    clocks: Clocks,
+    rate: Callable[[int], float],
+    n: int,
+    busy: Callable[[int], float] = lambda c: 0.05,
+) -> list[int]:
+    """``n`` items at ``rate(count)`` items/s; the counts taken, in order."""
+    counts = []
+    for _ in range(n):
+        clocks.item(rate(t.count), busy(t.count))
+        got = t.tick()
+        if got is not None:
+            counts.append(got)
+    return counts
+
+
+def latency_bound(count: int) -> float:
+    return 100.0 * count  # 10 ms per item, threads / latency
+
+
+def test_grows_while_the_rate_rises_up_to_max_threads() -> None:
+    c = Clocks()
+    t = tuner(c, max_threads=32)
+    assert t.count == 4
+    assert drive(t, c, latency_bound, 2000) == [8, 16, 32]
+    assert t.count == 32 and t.settled_s is not None
+
+
+def test_stops_where_the_rate_stops_rising() -> None:
+    c = Clocks()
+    t = tuner(c)
+    counts = drive(t, c, lambda n: 100.0 * min(n, 8), 2000)  # the consumer takes 800/s
+    assert counts[:2] == [8, 16] and t.count == 8, counts
+
+
+def test_stops_at_the_byte_room() -> None:
+    c = Clocks()
+    t = tuner(c, room=lambda: 12)
+    counts = drive(t, c, latency_bound, 3000)
+    assert max(counts) == 12 and t.count == 12, counts
+
+
+def test_stops_growing_while_the_cpus_are_busy() -> None:
+    c = Clocks()
+    t = tuner(c, cpus=1.0)
+    # each thread keeps a tenth of a CPU busy: 16 threads use 1.6 (>= 0.9 of 1 CPU)
+    counts = drive(t, c, latency_bound, 4000, busy=lambda n: 0.1 * n)
+    assert max(counts) == 16 and t.count == 16, counts
+
+
+def test_shrinks_to_one_thread_under_gil_bound_work() -> None:
+    c = Clocks()
+    t = tuner(c)
+    # one thread runs alone at 2000/s; two or more fight for the GIL: 1000/s
+    counts = drive(t, c, lambda n: 2000.0 if n == 1 else 1000.0, 2000)
+    assert counts == [8, 2, 1] and t.count == 1, counts
+
+
+def test_rechecks_back_off_and_follow_a_change() -> None:
+    c = Clocks()
+    t = tuner(c, max_threads=8, min_interval_s=1.0, max_interval_s=8.0)
+    drive(t, c, latency_bound, 500)
+    assert t.count == 8
+    # settled at the ceiling: each re-check measures 4 (half the rate) and keeps 8
+    marks = []
+    for _ in range(40_000):
+        before = t._state
+        c.item(latency_bound(t.count), 0.05)
+        t.tick()
+        if before == "settled" and t._state != "settled":
+            marks.append(c.t)
+        if len(marks) == 4:
+            break
+    gaps = [b - a for a, b in itertools.pairwise(marks)]
+    # the interval doubles (2, 4, 8: capped at 8), plus the check's own duration
+    assert gaps[0] < gaps[1] < gaps[2] and gaps[2] >= 8.0, gaps
+    # the function turns GIL-bound: the next check goes down to one thread
+    counts = drive(t, c, lambda n: 2000.0 if n == 1 else 1000.0, 40_000)
+    assert t.count == 1 and 1 in counts
+
+
+def test_invalid_threads_options_are_refused_by_name() -> None:
+    for bad in ("many", 0, -1, 1.5):
+        with pytest.raises((ValueError, TypeError), match="threads"):
+            sb.Pipeline(range(3)).map(abs, threads=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_threads"):
+        sb.Pipeline(range(3)).map(abs, threads=4, max_threads=8)
+    with pytest.raises((ValueError, TypeError), match="max_threads"):
+        sb.Pipeline(range(3)).map(abs, threads="auto", max_threads=0)
+    with pytest.raises(ValueError, match="num_workers"):
+        sb.Loader(sb.Pipeline(range(3)), num_workers="lots", max_batches=2, max_bytes="1MiB")  # type: ignore[arg-type]
+
+
+# -- carried out: ThreadPrefetcher(threads="auto") ----------------------------------------
+class Scripted:
+    """A tuner whose counts follow ``script`` (one change every ``every`` items)."""
+
+    def __init__(self, script: list[int], every: int) -> None:
+        self.script, self.every, self.n = list(script), every, 0
+        self.count = 4
+        self.seen: list[int] = []
+
+    def tick(self) -> int | None:
+        self.n += 1
+        if self.n % self.every == 0 and self.script:
+            self.count = self.script.pop(0)
+            self.seen.append(self.count)
+            return self.count
+        return None
+
+    def restart(self) -> None:
+        pass
+
+
+def jittery(x: int) -> int:
+    time.sleep(random.random() * 0.002)  # threads finish out of order
+    return x * 2
+
+
+SCRIPT = [16, 1, 8, 2, 32, 1, 3, 12]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_order_and_exactly_once_while_threads_come_and_go(ordered: bool) -> None:
+    n = 1200
+    p = ThreadPrefetcher(
+        range(n), max_items=64, max_bytes="1MiB", threads="auto", fn=jittery, ordered=ordered
+    )
+    p.tuner = Scripted(SCRIPT, every=120)  # type: ignore[assignment]
+    out = list(p)
+    want = [2 * i for i in range(n)]
+    assert (out == want) if ordered else sorted(out) == want
+    assert p.tuner.seen == SCRIPT  # type: ignore[attr-defined]
+    assert p._runner.started == 32
+
+
+def test_lanes_above_the_count_take_no_new_item() -> None:
+    lane_of: dict[int, int] = {}
+
+    def tracked(x: int) -> int:
+        lane_of[x] = int(threading.current_thread().name.rsplit("-", 1)[1])
+        time.sleep(0.001)
+        return x
+
+    p = ThreadPrefetcher(range(900), max_items=64, max_bytes="1MiB", threads="auto", fn=tracked)
+    p.tuner = Scripted([16, 2], every=300)  # type: ignore[assignment]
+    assert list(p) == list(range(900))
+    assert max(lane_of[x] for x in range(300, 600)) >= 8  # 16 lanes ran
+    # 2 lanes from the 600th delivery: items pulled after it (past what the window and
+    # the 16 lanes held then) are made by lanes 0 and 1 only
+    assert {lane_of[x] for x in range(600 + 64 + 16, 900)} <= {0, 1}
+
+
+def test_the_byte_bound_caps_the_count_and_holds() -> None:
+    item = 64 << 10
+
+    def slow_bytes(x: int) -> bytes:
+        time.sleep(0.005)
+        return bytes(item)
+
+    p = ThreadPrefetcher(
+        range(1500), max_items=64, max_bytes=10 * item, threads="auto", fn=slow_bytes
+    )
+    peak = [0]
+    p._window._observer = lambda w: peak.__setitem__(0, max(peak[0], w._bytes))
+    counts = []
+    for _ in p:
+        counts.append(p.threads)
+    assert max(counts) <= 10 and max(counts) > 4, max(counts)
+    assert peak[0] <= 10 * item
+
+
+def test_an_error_while_threads_change_reaches_the_consumer() -> None:
+    def boom(x: int) -> int:
+        time.sleep(0.001)
+        if x == 500:
+            raise KeyError("sample 500")
+        return x
+
+    p = ThreadPrefetcher(range(2000), max_items=64, max_bytes="1MiB", threads="auto", fn=boom)
+    p.tuner = Scripted(SCRIPT, every=60)  # type: ignore[assignment]
+    got = []
+    with pytest.raises(KeyError, match="sample 500"):
+        for x in p:
+            got.append(x)
+    assert got == list(range(len(got))) and len(got) <= 500  # in order; then fail fast
+
+
+def test_a_short_source_ends_with_lanes_never_started() -> None:
+    p = ThreadPrefetcher(range(3), max_items=64, max_bytes="1MiB", threads="auto", fn=jittery)
+    out: list[int] = []
+    th = threading.Thread(target=lambda: out.extend(p), daemon=True)
+    th.start()
+    th.join(10)  # unstarted lanes are finished when the source ends: no wait for them
+    ended = not th.is_alive()
+    p.close()
+    assert ended and out == [0, 2, 4]
+
+
+def test_break_leaves_no_thread_behind() -> None:
+    before = threading.active_count()
+    p = ThreadPrefetcher(range(10_000), max_items=64, max_bytes="1MiB", threads="auto", fn=jittery)
+    p.tuner = Scripted([32], every=10)  # type: ignore[assignment]
+    for i, _ in enumerate(p):
+        if i == 50:
+            break
+    p.close()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() <= before
+
+
+def sleepy(x: int) -> int:
+    time.sleep(0.003)
+    return x
+
+
+def test_loader_workers_report_their_counts() -> None:
+    pipe = sb.Pipeline(range(3000)).map(sleepy, threads="auto").batch(16)
+    seen = []
+    with sb.Loader(pipe, num_workers=2, max_batches=8, max_bytes="64MiB", timeout_s=60) as loader:
+        out = []
+        for b in loader:
+            out.extend(b.tolist())
+            seen.append(pipe.stats().threads[0])
+    assert sorted(out) == list(range(3000))
+    assert max(s.running for s in seen) == 2
+    assert max(s.threads for s in seen) > 8  # grew past 4 per worker
+    assert seen[-1].max_threads == 64
+    end = pipe.stats().threads[0]
+    assert end.threads == 0 and end.running == 0 and end.changes >= 2
+
+
+def test_num_workers_auto_follows_recommend() -> None:
+    loader = sb.Loader(sb.Pipeline(range(4)), num_workers="auto", max_batches=8, max_bytes="1MiB")
+    assert loader.num_workers == sb.recommend().num_workers
+
+
+# -- exact resume while the counts change ---------------------------------------------------
+def uneven(x: int) -> int:
+    time.sleep(0.0005 * (x % 3))
+    return x
+
+
+def auto_pipeline() -> sb.Pipeline:
+    """threads="auto" with a tuner that re-decides every few items (tiny windows)."""
+    return (
+        sb.Pipeline(list(range(400)), shuffle_shards=True, seed=3)
+        .map(uneven, threads="auto", max_threads=16)
+        .shuffle(7)
+        .batch(8)
+    )
+
+
+def test_resume_is_exact_with_threads_auto() -> None:
+    check_resume(auto_pipeline, num_workers=(0, 2), stops=(1, 5, "last"))
