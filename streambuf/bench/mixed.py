@@ -147,7 +147,7 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
         return r["config"].get("threads") == "auto" and r["config"].get("adaptive", True)
 
     def chose(r: dict[str, Any], peer: dict[str, Any]) -> str:
-        counts = r.get("threads_over_time") or [(None, 0)]
+        counts = r["runs"][-1].get("threads_over_time") or [(None, 0)]
         return (
             f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose {counts[-1][1]} in "
             f"all) vs {short_name(peer)}"
