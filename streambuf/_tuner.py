@@ -13,16 +13,20 @@ downstream work included) at one count after another, and climbs:
    ``min_window_s`` seconds (one hiccup of a loaded machine does not decide);
 2. **up**: double the count (a smaller step where the limit caps it), up to the
    *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
-   thread's item in flight counts against ``max_bytes``); no growth at all while the
-   process already keeps ``cpu_busy`` of its CPUs busy (``cpus``: the cgroup quota and
-   affinity, shared by the loader's workers). The new count is kept if the rate rose by
-   ``gain`` (for a doubling; a smaller step in proportion); then up again;
+   thread's item in flight counts against ``max_bytes``); no growth at all while
+   ``cpu_busy`` of the CPUs are busy (``cpus``: the cgroup quota and affinity;
+   ``cpu_clock``: CPU seconds of the whole cgroup, the loader's other workers and the
+   training loop included: ``streambuf.resources.cpu_seconds``). The new count is kept
+   if the rate rose by ``gain`` (10% for a doubling; a smaller step in proportion);
+   then up again;
 3. **down**: when the first step up did not pay (or could not be taken), halve the
    count (fewer threads may do the same work: the function holds the GIL, or something
    downstream is the limit); then down
    again (down to one thread: a GIL-bound function can be much faster on one thread
-   than on two) while the rate stays above ``fall`` of the best. The count kept is the
-   fewest threads measured within ``keep`` of the best rate;
+   than on two) while the rate stays above ``fall`` of the best. The count kept: the one
+   the check began with if its rate is within ``keep`` of the best measured (a change
+   must pay more than the noise of a loaded machine), else the fewest threads within
+   ``keep`` of the best;
 4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
    seconds; the interval doubles each time a check confirms the count (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
@@ -56,7 +60,7 @@ class ThreadTuner:
         window: int = 32,
         settle: int | None = None,
         min_window_s: float = 0.05,
-        gain: float = 1.25,
+        gain: float = 1.10,
         keep: float = 0.95,
         fall: float = 0.5,
         cpu_busy: float = 0.9,
@@ -132,9 +136,12 @@ class ThreadTuner:
         return self._set(new)
 
     def _choose(self) -> int | None:
-        """End of a check: the fewest threads within ``keep`` of the best rate measured."""
+        """End of a check: the count the check began with if its rate is within ``keep``
+        of the best measured (a change must pay more than noise), else the fewest
+        threads within ``keep`` of the best."""
         best = max(self._rates.values())
-        count = min(c for c, r in self._rates.items() if r >= self.keep * best)
+        near = [c for c, r in self._rates.items() if r >= self.keep * best]
+        count = self._from if self._from in near else min(near)
         now = self._clock()
         if count == self._from:
             self._interval = min(2 * self._interval, self.max_interval_s)

@@ -48,7 +48,7 @@ from ._lanes import LaneRunner
 from ._tuner import ThreadTuner
 from ._units import parse_count
 from .errors import add_note
-from .resources import cpu_share
+from .resources import cpu_limit, cpu_seconds
 from .sizing import nbytes
 from .stats import BufferStats
 from .window import Window
@@ -147,7 +147,12 @@ class ThreadPrefetcher(Generic[T]):
         self.inline_items = 0  # items made inline, in the consumer's thread
         self.tuner: ThreadTuner | None = None
         if auto:
-            self.tuner = ThreadTuner(max_threads=self._threads_n, cpus=cpu_share(), room=self._room)
+            self.tuner = ThreadTuner(
+                max_threads=self._threads_n,
+                cpus=cpu_limit(),
+                cpu_clock=cpu_seconds,
+                room=self._room,
+            )
         self._active = self.tuner.count if self.tuner is not None else self._threads_n
         self._on_threads = on_threads
         window: Window[T] = Window(

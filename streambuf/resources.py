@@ -22,7 +22,7 @@ __all__ = [
     "Limits",
     "Recommendation",
     "cpu_limit",
-    "cpu_share",
+    "cpu_seconds",
     "memory_limit",
     "read_limits",
     "recommend",
@@ -90,13 +90,34 @@ def cpu_limit(
     return max(0.01, min(limits))
 
 
-def cpu_share() -> float:
-    """CPUs one process of a loader may count on: ``cpu_limit()`` shared evenly by the
-    DataLoader's workers when called in one (the whole limit otherwise)."""
-    from torch.utils.data import get_worker_info
+def cpu_seconds(
+    *,
+    root: str | Path = "/sys/fs/cgroup",
+    proc_cgroup: str | Path = "/proc/self/cgroup",
+    proc_stat: str | Path = "/proc/stat",
+) -> float:
+    """CPU seconds used so far by every process sharing this container's CPU limit: the
+    cgroup's usage (v2 ``cpu.stat`` ``usage_usec``, v1 ``cpuacct.usage``), else the
+    whole machine's (``/proc/stat``: the CPUs are busy whoever keeps them so), else this
+    process's. A clock: compare two readings (``streambuf._tuner``: are the CPUs busy?)."""
+    root = Path(root)
+    for d in _own_cgroup_dirs(root, Path(proc_cgroup)):
+        v2 = _read(d / "cpu.stat")
+        if v2:
+            for line in v2.splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+        v1 = _read(d / "cpuacct.usage")
+        if v1 and v1.isdigit():
+            return int(v1) / 1e9
+    stat = _read(Path(proc_stat))
+    if stat and stat.startswith("cpu "):
+        ticks = [int(x) for x in stat.split("\n", 1)[0].split()[1:]]
+        busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # not idle, iowait
+        return busy / os.sysconf("SC_CLK_TCK")
+    import time
 
-    info = get_worker_info()
-    return cpu_limit() / (info.num_workers if info is not None else 1)
+    return time.process_time()
 
 
 def memory_limit(

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from streambuf.resources import Limits, cpu_limit, memory_limit, read_limits, recommend
+from streambuf.resources import (
+    Limits,
+    cpu_limit,
+    cpu_seconds,
+    memory_limit,
+    read_limits,
+    recommend,
+)
 
 GIB = 1 << 30
 
@@ -86,3 +93,33 @@ def test_recommend_respects_limits():
 def test_read_limits_here_is_sane():
     lim = read_limits()
     assert lim.cpus > 0 and lim.memory_bytes > 0
+
+
+def test_cpu_seconds_reads_the_cgroup_then_the_machine(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 900 30 0 10 0 0 0\ncpu0 1 2 3 4\n")
+    # v2: the own cgroup's usage
+    roots = tree(tmp_path, {"pod/cpu.stat": "usage_usec 2500000\nuser_usec 1\n"}, "0::/pod\n")
+    assert cpu_seconds(**roots, proc_stat=stat) == 2.5
+    # v1: cpuacct.usage (nanoseconds)
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    roots = tree(v1, {"cpuacct/docker/x/cpuacct.usage": "3000000000"}, "2:cpuacct:/docker/x\n")
+    assert cpu_seconds(**roots, proc_stat=stat) == 3.0
+    # neither: the machine's busy ticks (all but idle and iowait)
+    none = tmp_path / "none"
+    none.mkdir()
+    roots = tree(none, {})
+    import os
+
+    assert cpu_seconds(**roots, proc_stat=stat) == 160 / os.sysconf("SC_CLK_TCK")
+
+
+def test_cpu_seconds_here_counts_this_process_work():
+    import time
+
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    x = 0
+    while time.perf_counter() - t0 < 0.2:
+        x += 1
+    assert cpu_seconds() - c0 >= 0.1  # the container (or machine) was busy at least then

@@ -11,7 +11,8 @@ same 2 workers, and checked to deliver every sample exactly once:
   batches) and batched in the dataset (``.batched(16)``, ``batch_size=None``: what
   webdataset recommends); a map-style Dataset with one HTTP Range GET per sample under
   ``DataLoader(prefetch_factor=2, 4, 8)``, on a fixed random subset (the whole epoch
-  would take minutes).
+  would take minutes); and streambuf's lane ladder, ``lanes`` = 1, 2, 4, 8 and
+  ``"auto"`` (section ``http-lanes``: auto must match the best fixed count).
 * **disk**: shards from local files (more of them, ``local_shards x local_per_shard``:
   an epoch of the HTTP section's size reads in ~0.1 s, mostly worker start-up):
   streambuf against webdataset per sample and batched (no latency: this measures
@@ -68,6 +69,7 @@ def settings(mode: str) -> dict[str, Any]:
             "map_samples": 8,
             "prefetch_factors": [2],
             "repeats": 1,
+            "lane_ladder": ["auto"],
         }
     quick = mode == "quick"
     return {
@@ -87,6 +89,7 @@ def settings(mode: str) -> dict[str, Any]:
         "map_samples": 64 if quick else 160,
         "prefetch_factors": [2, 4, 8],
         "repeats": 2 if quick else 3,
+        "lane_ladder": [1, 2, 4, 8, "auto"],
     }
 
 
@@ -115,12 +118,17 @@ def measure_loader(loader: Iterable[Any], expected: int) -> dict[str, Any]:
 
 
 def _streambuf(
-    urls: list[str], s: dict[str, Any], options: dict[str, Any] | None
+    urls: list[str], s: dict[str, Any], options: dict[str, Any] | None, lanes: Any = None
 ) -> dict[str, Any]:
     import streambuf as sb
 
     pipe = (
-        sb.shards(urls, lanes=s["lanes"], shuffle_shards=False, storage_options=options)
+        sb.shards(
+            urls,
+            lanes=s["lanes"] if lanes is None else lanes,
+            shuffle_shards=False,
+            storage_options=options,
+        )
         .decode({"bin": to_tensor})
         .batch(s["batch_size"])
     )
@@ -230,6 +238,16 @@ def _all_rows(s: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], dict[
                 lambda: _streambuf(http, s, None),
             )
         ]
+        # the lane ladder and lanes="auto" (issue 26: auto >= the best fixed count)
+        for lanes in s["lane_ladder"]:
+            cases.append(
+                (
+                    "http-lanes",
+                    "streambuf",
+                    f"http: streambuf lanes={lanes}",
+                    partial(_streambuf, http, s, None, lanes),
+                )
+            )
         cases += _wds_cases("http", http, s, None)
         for pf in s["prefetch_factors"]:
             cases.append(
@@ -301,7 +319,7 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
         "disk": "network local disk",
         "s3": "network S3 (moto on loopback)",
     }
-    return [
+    out = [
         versus(
             [r for r in report["rows"] if r["section"] == section],
             "samples_per_s",
@@ -312,6 +330,18 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
         )
         for section, label in sections.items()
     ]
+    http = [r for r in report["rows"] if r["section"] in ("http", "http-lanes")]
+    out.append(
+        versus(
+            http,
+            "samples_per_s",
+            workload=f"network HTTP, lanes='auto' ({link_how(s)})",
+            metric="samples/s",
+            mine=lambda r: r["name"].endswith("lanes=auto"),
+            how=shards_how(s) + ", loader creation to last batch",
+        )
+    )
+    return out
 
 
 BENCHMARK = Benchmark(

@@ -69,7 +69,7 @@ class ShardStream:
         self._offset = check_int(offset, name="offset")
         self._urls = [str(u) for u in urls]
         self._options = options
-        lanes = max(1, min(options.lanes, len(self._urls)))
+        lanes = max(1, min(options.lane_count, len(self._urls)))
         self._access = TarAccess(
             self._urls, options, lanes=lanes, stride=self._stride, offset=self._offset
         )

@@ -157,7 +157,7 @@ class TarReader:
 
     def lanes(self) -> tuple[int, str]:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
-        return self.options.lanes, self.options.order
+        return self.options.lane_count, self.options.order
 
     def buffer_bytes(self, stage_bytes: int | None, *, lanes: int, fsspec: bool = False) -> int:
         """The byte bound of the lanes' buffer for a stage grant (module docstring)."""
@@ -181,7 +181,7 @@ class TarReader:
         from .._contracts import ReaderRun
 
         o = self.options
-        lanes = o.lanes
+        lanes = o.lane_count
         access = _Counting(
             source,
             o,
@@ -221,7 +221,7 @@ def shards(
     equalize: Equalize | None = None,
     rank: int | None = None,
     world_size: int | None = None,
-    lanes: int = 3,
+    lanes: int | str = 3,
     max_items: int = 64,
     max_bytes: int | str = "256MiB",
     order: Order = "round_robin",
@@ -259,7 +259,9 @@ def shards(
         shuffle_shards, seed: shard order per epoch, seeded by (seed, epoch).
         samples_per_shard, equalize: equal batch counts across ranks (see ``Pipeline``).
         rank, world_size: override ``torch.distributed`` (see ``Pipeline``).
-        lanes: shards each worker reads at once (threads).
+        lanes: shards each worker reads at once (threads), or ``"auto"``: 8 (the count
+            fixes the round-robin order, so it is not moved at run time; ``adaptive``
+            measures whether the lanes run on threads or in the worker's own thread).
         max_items, max_bytes: bounds of the lanes' buffer outside a ``Loader`` (inside one,
             ``max_bytes`` comes from the Loader's budget; see the module docstring).
         order: ``"round_robin"`` (deterministic) or ``"first_ready"`` (no head-of-line
