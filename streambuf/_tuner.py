@@ -10,14 +10,14 @@ downstream work included) at one count after another, and climbs:
 1. **measure** the current count: skip ``settle`` items after a change (default: two
    per thread; the stage refills at the new count), then take at least ``window`` items,
    four per thread (a waiting function's items arrive in bursts of ``count``) and
-   ``min_window_s`` seconds (one hiccup of a loaded machine does not decide);
+   ``min_window_s`` seconds (0.1: one hiccup of a loaded machine does not decide);
 2. **up**: double the count (a smaller step where the limit caps it), up to the
    *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
    thread's item in flight counts against ``max_bytes``); no growth at all while
    ``cpu_busy`` of the CPUs are busy (``cpus``: the cgroup quota and affinity;
    ``cpu_clock``: CPU seconds of the whole cgroup, the loader's other workers and the
    training loop included: ``streambuf.resources.cpu_seconds``). The new count is kept
-   if the rate rose by ``gain`` (10% for a doubling; a smaller step in proportion);
+   if the rate rose by ``gain`` (5% for a doubling; a smaller step in proportion);
    then up again;
 3. **down**: when the first step up did not pay (or could not be taken), halve the
    count (fewer threads may do the same work: the function holds the GIL, or something
@@ -59,11 +59,11 @@ class ThreadTuner:
         start: int = 4,
         window: int = 32,
         settle: int | None = None,
-        min_window_s: float = 0.05,
-        gain: float = 1.10,
+        min_window_s: float = 0.1,
+        gain: float = 1.05,
         keep: float = 0.95,
         fall: float = 0.5,
-        cpu_busy: float = 0.9,
+        cpu_busy: float = 0.95,
         cpus: float = 1.0,
         room: Callable[[], int] | None = None,
         min_interval_s: float = 2.0,
@@ -207,6 +207,7 @@ class ThreadTuner:
 
     def restart(self) -> None:
         """The stage's items stopped flowing through the threads for a while (ran
-        inline): measure afresh before the next decision."""
+        inline): the window being measured is void; the check goes on from the same
+        count (what it measured before stays)."""
         if self._state != "settled":
-            self._check()
+            self._skip()
