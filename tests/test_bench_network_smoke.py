@@ -28,6 +28,7 @@ def test_network_benchmark_runs_tiny(tmp_path, capsys):
             f"{section}: webdataset batched",
         } <= names
     assert "http: map-style Range GET pf=2" in names
+    assert "http: streambuf lanes=auto" in names  # the lane ladder's auto row
     s3 = {n for n in names if n.startswith("s3: ")}
     if "s3" in report["notes"]:  # moto or s3fs missing: recorded, not silently dropped
         assert not s3 and report["notes"]["s3"].startswith("not importable")
@@ -42,5 +43,6 @@ def test_network_benchmark_runs_tiny(tmp_path, capsys):
     assert {h["workload"].split(" (")[0] for h in data["headline"]} >= {
         "network HTTP",
         "network local disk",
+        "network HTTP, lanes='auto'",
     }
     assert "| reader |" in capsys.readouterr().out

@@ -12,7 +12,9 @@ beat both. Compared in one run, interleaved:
 * ``torchdata.nodes`` ``ParallelMapper(method="thread")``, 32 threads in one process;
 * ``streambuf`` ``Loader``: 4 workers x 8 threads (32 in all), then the ladder of fixed
   counts (4 workers x 1, 2, 4, 16 threads) and ``threads="auto"`` (the count chosen at
-  run time: it must match the best fixed count).
+  run time: it must match the best fixed count). streambuf's rows run 3-4x the
+  batches of the others (``threads="auto"`` needs a few seconds to settle where every
+  worker tunes at once on saturated CPUs; the fixed counts run as long).
 
 A **CPU-bound** section beside it: the same samples with no sleep at all (2 ms of pure
 Python each), streambuf ``threads=1`` against ``threads="auto"`` (the controller must not
@@ -80,8 +82,12 @@ def configs(mode: str, cpu_iters: int) -> list[dict[str, Any]]:
     total = s["workers"] * s["threads"]
     out.append(dict(base, kind="torchdata", threads=total, name=f"torchdata.nodes {total} threads"))
     batch_bytes = BATCH * 4 * math.prod(SHAPE)
+    # streambuf's rows run longer: threads="auto" needs a few seconds to settle where
+    # every worker tunes at once on saturated CPUs (the fixed rows run as long, to compare)
+    longer = {"tiny": 1, "quick": 4, "full": 3}[mode]
     sb = dict(
         base,
+        batches=base["batches"] * longer,
         kind="streambuf",
         max_batches=2 * s["workers"],
         max_bytes=math.ceil(4 / 3 * 2 * s["workers"] * batch_bytes),

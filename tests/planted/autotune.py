@@ -50,3 +50,19 @@ MUTANTS = [
         "::test_a_short_source_ends_with_lanes_never_started",
     ),
 ]
+MUTANTS += [
+    _m(
+        "lanes='auto' resolves to the old default count, not AUTO_LANES",
+        "streambuf/sources/options.py",
+        '        return AUTO_LANES if self.lanes == "auto" else int(self.lanes)',
+        '        return 3 if self.lanes == "auto" else int(self.lanes)',
+        "tests/sources/test_lanes_auto.py::test_auto_is_a_fixed_count_with_the_fixed_counts_order",
+    ),
+    _m(
+        "the source reports lanes='auto' as it was given (a resume sees changed lanes)",
+        "streambuf/sources/pipe.py",
+        "        return self.options.lane_count, self.options.order",
+        "        return self.options.lanes, self.options.order  # type: ignore[return-value]",
+        "tests/sources/test_lanes_auto.py::test_resume_is_exact_with_lanes_auto",
+    ),
+]
