@@ -19,16 +19,23 @@ def load(i: int) -> torch.Tensor:
 
 
 def make_pipeline(n: int = 4096) -> sb.Pipeline:
-    return sb.Pipeline(range(n)).map(load, threads=16).batch(32)
+    # threads="auto": each worker climbs to the thread count where the rate stops rising
+    return sb.Pipeline(range(n)).map(load, threads="auto").batch(32)
 
 
 def main() -> None:
-    loader = sb.Loader(make_pipeline(1024), num_workers=2, max_batches=8, max_bytes="64MiB")
+    pipe = make_pipeline(1024)
+    loader = sb.Loader(pipe, num_workers=2, max_batches=8, max_bytes="64MiB")
     t0 = time.perf_counter()
-    n = sum(1 for _ in loader)
+    n = 0
+    counts = []
+    for _ in loader:
+        n += 1
+        counts.append(sum(t.threads for t in pipe.stats().threads))
     dt = time.perf_counter() - t0
     s = loader.stats()
     print(f"{n} batches in {dt:.2f} s ({n / dt:.1f}/s); depth {s.depth}; waited {s.wait_s:.2f} s")
+    print(f"threads over both workers, every 4 batches: {counts[::4]}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from . import nodes as nodes  # torchdata.nodes: Prefetcher, ParallelMapper, Pip
 from . import video as video
 from . import wds as wds  # per-sample WebDataset functions: Decoder, ToTuple, ...
 from ._contracts import WorkerContext
-from ._counters import PipelineStats
+from ._counters import PipelineStats, ThreadStats
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
 from .compose import Stage, StageState
@@ -59,6 +59,7 @@ __all__ = [
     "StageState",
     "StreambufError",
     "ThreadPrefetcher",
+    "ThreadStats",
     "TooManyFailures",
     "TunerDecision",
     "VideoError",

@@ -62,6 +62,15 @@ class SharedCounters:
         """Add 1 to ``name`` in ``worker``'s row (the per-sample path: no dict)."""
         self._raw[(worker % _SLOTS) * len(self.names) + self._index[name]] += 1
 
+    def zero(self, names: Sequence[str]) -> None:
+        """Set ``names`` to 0 in every row: gauges of workers that are gone (call only
+        when no process writes them any more: after the workers were shut down)."""
+        n = len(self.names)
+        for name in names:
+            k = self._index[name]
+            for slot in range(_SLOTS):
+                self._raw[slot * n + k] = 0
+
     def totals(self) -> dict[str, int]:
         n = len(self.names)
         return {

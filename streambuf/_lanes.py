@@ -17,6 +17,8 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   ``"first_ready"`` (arrival order).
 * **Errors.** An exception in a work iterator aborts the window: the consumer gets the
   same object, with a note naming the stage, lane and thread; held items are dropped.
+* **Pauses**: a work iterator that yields ``AGAIN`` has no item now; its lane gives
+  the reservation back and asks its gate again (where a paused lane waits).
 * **Lanes on demand** (``threads="auto"``): ``start(k)`` starts lanes up to ``k`` (the
   others wait unstarted: the window counts them as running), ``gate(t)`` is asked before
   each reservation (a lane above the wanted count parks there, holding nothing; False
@@ -43,7 +45,12 @@ from .sizing import nbytes
 from .stats import BufferStats
 from .window import LaneWindow
 
-__all__ = ["LaneRunner"]
+__all__ = ["AGAIN", "LaneRunner"]
+
+# A work iterator yields AGAIN when it has no item now (its stage paused the lanes): the
+# lane gives its reservation back and asks its gate again (it parks there, holding
+# nothing: a paused lane must not keep room the consumer's drain needs).
+AGAIN: Any = object()
 
 log = logging.getLogger("streambuf")
 
@@ -141,6 +148,9 @@ class LaneRunner(Generic[T]):
                 win.reserve(lane, estimate)
                 try:
                     got = next(it)
+                    if got is AGAIN:
+                        win.release(lane)
+                        continue
                     seq, item = got if numbered else (None, got)
                     size = check_size(sizeof(item))
                 except BaseException:  # StopIteration included: give the room back

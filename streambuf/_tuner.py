@@ -25,8 +25,9 @@ downstream work included) at one count after another, and climbs:
    again (down to one thread: a GIL-bound function can be much faster on one thread
    than on two) while the rate stays above ``fall`` of the best. The count kept: the one
    the check began with if its rate is within ``keep`` of the best measured (a change
-   must pay more than the noise of a loaded machine), else the fewest threads within
-   ``keep`` of the best;
+   must pay more than the noise of a loaded machine), else, or when the CPUs were busy
+   (fewer threads doing as much contend less), the fewest threads within ``keep`` of
+   the best;
 4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
    seconds; the interval doubles each time a check confirms the count (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
@@ -40,6 +41,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+from .resources import cpu_limit, cpu_seconds
 
 __all__ = ["ThreadTuner"]
 
@@ -64,12 +67,12 @@ class ThreadTuner:
         keep: float = 0.95,
         fall: float = 0.5,
         cpu_busy: float = 0.95,
-        cpus: float = 1.0,
+        cpus: float | None = None,
         room: Callable[[], int] | None = None,
         min_interval_s: float = 2.0,
         max_interval_s: float = 60.0,
         clock: Callable[[], float] = time.perf_counter,
-        cpu_clock: Callable[[], float] = time.process_time,
+        cpu_clock: Callable[[], float] = cpu_seconds,
     ) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads={max_threads!r} must be >= 1")
@@ -78,12 +81,12 @@ class ThreadTuner:
         self._settle_items = settle
         self.min_window_s = min_window_s
         self.gain, self.keep, self.fall, self.cpu_busy = gain, keep, fall, cpu_busy
-        self.cpus = max(float(cpus), 1e-3)
+        self.cpus = max(float(cpu_limit() if cpus is None else cpus), 1e-3)
         self._room = room
         self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
         self._clock, self._cpu_clock = clock, cpu_clock
         self._t_start = clock()
-        self.count = max(1, min(int(start), self.max_threads))
+        self.count = max(1, min(int(start), self.limit()))
         self.history: list[tuple[float, int, float]] = []
         self.settled_s: float | None = None
         self.busy = 0.0  # CPUs the process kept busy in the last window
@@ -97,6 +100,7 @@ class ThreadTuner:
         self._rates: dict[int, float] = {}  # count -> items/s measured in this check
         self._dir = ""  # "up" or "down" while a step is measured
         self._prev = self.count  # the count measured before the step
+        self._busy_from = 0.0  # CPUs busy at the check's first measurement
         self._climbed = False  # a step up was kept in this check
         self._skip()
 
@@ -137,11 +141,14 @@ class ThreadTuner:
 
     def _choose(self) -> int | None:
         """End of a check: the count the check began with if its rate is within ``keep``
-        of the best measured (a change must pay more than noise), else the fewest
-        threads within ``keep`` of the best."""
+        of the best measured (a change must pay more than noise), else (or when the CPUs
+        were busy) the fewest threads within ``keep`` of the best."""
         best = max(self._rates.values())
         near = [c for c, r in self._rates.items() if r >= self.keep * best]
-        count = self._from if self._from in near else min(near)
+        # on busy CPUs fewer threads doing as much is the better count (less contention
+        # for the CPUs and the GIL); otherwise a change must beat the count kept so far
+        saturated = self._busy_from >= self.cpu_busy * self.cpus
+        count = self._from if (self._from in near and not saturated) else min(near)
         now = self._clock()
         if count == self._from:
             self._interval = min(2 * self._interval, self.max_interval_s)
@@ -178,7 +185,8 @@ class ThreadTuner:
                 return self._choose()
             got = self._down()
             return got if got is not None else self._choose()
-        got = self._up()  # the check's first measurement, at the current count
+        self._busy_from = self.busy  # the check's first measurement, at the current count
+        got = self._up()
         if got is None:
             got = self._down()
         return got if got is not None else self._choose()

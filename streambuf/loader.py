@@ -83,7 +83,7 @@ class Loader:
         num_workers: DataLoader worker processes (0: iterate in this process), or
             ``"auto"``: ``streambuf.recommend()``'s count from the CPU limit (cgroup
             quota, affinity): one process per usable CPU, one left for the training loop
-            above two. Worth it where the work holds the GIL (Python decode, parsing);
+            above two; at most ``max_batches`` (in order) and 64. Worth it where the work holds the GIL (Python decode, parsing);
             where samples wait (I/O, sleeps), ``map(threads="auto")`` adds concurrency
             more cheaply than processes.
         max_batches: batches in flight at most (>= num_workers when in_order).
@@ -137,12 +137,15 @@ class Loader:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
         self.pipeline = pipeline
+        self.max_batches = parse_count(max_batches, name="max_batches")
         if num_workers == "auto":
-            num_workers = recommend().num_workers
+            # recommend()'s count, within what max_batches credits in order (one batch
+            # per worker at least) and the shared counters' rows
+            cap = self.max_batches if in_order is True else 64
+            num_workers = min(recommend().num_workers, cap, 64)
         elif isinstance(num_workers, str):
             raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
         self.num_workers = num_workers = check_int(num_workers, name="num_workers")
-        self.max_batches = parse_count(max_batches, name="max_batches")
         self.max_bytes = parse_bytes(max_bytes)
         self.in_order = check_bool(in_order, name="in_order")
         self.pin_memory = check_bool(pin_memory, name="pin_memory")
@@ -394,6 +397,7 @@ class Loader:
         shutdown = getattr(dl_iter, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+            self.pipeline._workers_ended()  # killed workers never zeroed their gauges
         if self._dl is not None and getattr(self._dl, "_iterator", None) is dl_iter:
             self._dl._iterator = None
         self._dl_iter = None
@@ -496,4 +500,5 @@ class Loader:
             decisions=decisions[-16:],
             budget=budget,
             stage_bytes=self.stage_bytes,
+            threads=self.pipeline.stats().threads,
         )

@@ -152,8 +152,8 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
 
         ``threads="auto"``: the count is chosen by measurement in each worker (up to
         ``max_threads``, default 64, and what ``max_bytes`` has room for): it grows while
-        the rate rises and shrinks when fewer threads deliver as much (docs/design.md,
-        "Autotuned parallelism"); pin a number to turn it off.
+        the rate rises and shrinks when fewer threads deliver clearly more (a GIL-bound
+        function; docs/design.md, "Autotuned parallelism"); pin a number to turn it off.
 
         ``adaptive`` (default): while running ``fn`` inline in the worker's own thread
         measures faster than the threads (a cheap function holding the GIL), it runs
@@ -261,6 +261,13 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
     def num_shards(self) -> int | None:
         """Shards in the source (None for a one-shot iterable)."""
         return self._src.num_shards()
+
+    def _workers_ended(self) -> None:
+        """The Loader shut its workers down (or killed them): gauges of the threads they
+        ran go back to 0 (``stats().threads``)."""
+        for s in self._stages:
+            if isinstance(s, Map):
+                s.workers_ended()
 
     def stats(self) -> PipelineStats:
         """Everything this pipeline counts, summed over every worker that ran it (or any

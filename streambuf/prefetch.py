@@ -23,7 +23,7 @@ for its next result *before* pulling it, so results being made count against
 * ``threads="auto"``: the number of producer threads is chosen by measurement
   (``streambuf._tuner``): it starts at 4 (at most ``max_threads``), grows while the
   rate the consumer sees rises and the byte bound has room for each thread's item, and
-  shrinks when fewer threads deliver as much. Lanes start as the count grows; a lane
+  shrinks when fewer threads deliver clearly more (a GIL-bound function). Lanes start as the count grows; a lane
   above the count parks before it reserves room for its next item, after committing the
   one it made (nothing is dropped, nothing held while parked); order, bounds and errors
   are those of a fixed count. ``tuner.history`` records every change.
@@ -44,11 +44,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from ._inline import InlineChooser
-from ._lanes import LaneRunner
+from ._lanes import AGAIN, LaneRunner
 from ._tuner import ThreadTuner
 from ._units import parse_count
 from .errors import add_note
-from .resources import cpu_limit, cpu_seconds
 from .sizing import nbytes
 from .stats import BufferStats
 from .window import Window
@@ -146,13 +145,9 @@ class ThreadPrefetcher(Generic[T]):
         self._delivered = 0  # items the consumer has yielded (adaptive mode)
         self.inline_items = 0  # items made inline, in the consumer's thread
         self.tuner: ThreadTuner | None = None
+        self._max_items = max_items  # the count's first limit, before the window exists
         if auto:
-            self.tuner = ThreadTuner(
-                max_threads=self._threads_n,
-                cpus=cpu_limit(),
-                cpu_clock=cpu_seconds,
-                room=self._room,
-            )
+            self.tuner = ThreadTuner(max_threads=self._threads_n, room=self._room)
         self._active = self.tuner.count if self.tuner is not None else self._threads_n
         self._on_threads = on_threads
         window: Window[T] = Window(
@@ -171,7 +166,7 @@ class ThreadPrefetcher(Generic[T]):
             join_timeout_s=join_timeout_s,
             on_close=self._stop_producers,
             initial=self._active,
-            gate=self._gate if auto else None,
+            gate=self._gate if (auto or self._adaptive) else None,
         )
         chooser_window = 32 if auto else max(4 * self._threads_n, 32)
         self.chooser = InlineChooser(chooser_window) if self._adaptive else None
@@ -179,22 +174,20 @@ class ThreadPrefetcher(Generic[T]):
     # -- producers --------------------------------------------------------------------
     def _pull(self) -> tuple[int, int, Any] | object:
         """Next (seq, index, item) for a thread; ``_END`` when the source is exhausted
-        (or the stage closed). While paused, a thread waits."""
-        while True:
-            with self._src_lock:
-                if self._exhausted or self._stopped:
-                    return _END
-                if not self._paused:
-                    got = self._next_locked()
-                    if got is _END:
-                        return _END
-                    assert isinstance(got, tuple)
-                    seq = self._next_seq
-                    self._next_seq += 1
-                    return (seq, *got)
-            with self._pause:
-                while self._paused and not self._stopped:
-                    self._pause.wait()
+        (or the stage closed); ``AGAIN`` while paused (the lane gives its room back and
+        waits in its gate, ``_gate``)."""
+        with self._src_lock:
+            if self._exhausted or self._stopped:
+                return _END
+            if self._paused:
+                return AGAIN
+            got = self._next_locked()
+            if got is _END:
+                return _END
+            assert isinstance(got, tuple)
+            seq = self._next_seq
+            self._next_seq += 1
+            return (seq, *got)
 
     def _next_locked(self) -> tuple[int, Any] | object:
         """Take the source's next item (caller holds ``_src_lock``): ``(idx, item)``, or
@@ -219,6 +212,8 @@ class ThreadPrefetcher(Generic[T]):
     # -- the thread count (threads="auto") ----------------------------------------------
     def _room(self) -> int:
         """Threads the bounds have room for: one item in flight each."""
+        if not hasattr(self, "_runner"):  # the tuner's start, before the window exists
+            return int(self._max_items)
         win = self._window
         largest = self._runner.largest
         if largest <= 0:
@@ -226,12 +221,13 @@ class ThreadPrefetcher(Generic[T]):
         return max(1, min(win.max_items, win.max_bytes // largest))
 
     def _gate(self, lane: int) -> bool:
-        """Before lane ``lane`` reserves room: parks while the lane is above the count;
-        False (the lane ends) once the source is exhausted or the stage stopped."""
-        if lane < self._active:
+        """Before lane ``lane`` reserves room: parks while the lane is above the count or
+        the producers are paused (nothing held while parked); False (the lane ends) once
+        the source is exhausted or the stage stopped."""
+        if lane < self._active and not self._paused:
             return True
         with self._pause:
-            while lane >= self._active and not (self._stopped or self._exhausted):
+            while (lane >= self._active or self._paused) and not (self._stopped or self._exhausted):
                 self._pause.wait()
             return lane < self._active and not self._stopped
 
@@ -277,6 +273,8 @@ class ThreadPrefetcher(Generic[T]):
         got = self._pull()
         if got is _END:
             raise StopIteration
+        if got is AGAIN:
+            return AGAIN  # type: ignore[return-value]
         assert isinstance(got, tuple)
         seq, idx, item = got
         fn = self._fn
@@ -363,14 +361,15 @@ class ThreadPrefetcher(Generic[T]):
                         out = next(runner)
                     except StopIteration:
                         return
-                    self._tick()
+                    if chooser.state != "drain":  # drained items came back to back
+                        self._tick()
                 self._delivered += 1
                 action = chooser.tick()
                 if action == "pause":
                     self._set_paused(True)
-                elif action == "resume":
-                    if self.tuner is not None:
-                        self.tuner.restart()
+                if action != "none" and self.tuner is not None:
+                    self.tuner.restart()  # the window spans a change of mode: void
+                if action == "resume":
                     self._set_paused(False)
                 yield out
         finally:

@@ -181,6 +181,12 @@ class Map(Stage):
         top = parse_threads(self.threads, self.max_threads)[0]
         return ThreadStats(self.name, c["threads"], c["running"], c["changes"], top)
 
+    def workers_ended(self) -> None:
+        """The workers are gone (shut down or killed): none runs a thread now, whether
+        or not its stage closed (a killed worker's gauge never went back to 0)."""
+        if self.counters is not None:
+            self.counters.zero(("threads", "running"))
+
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         call = _call(self.fn, self.name)
         lanes, auto = parse_threads(self.threads, self.max_threads)
@@ -466,8 +472,8 @@ def map_items(
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each ``x``; with ``threads > 1`` (or ``"auto"``: a count
     chosen by measurement, at most ``max_threads``) on a bounded thread pool (results
-    held ahead, made or being made, at most ``max_items`` (default ``threads``) and
-    ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
+    held ahead, made or being made, at most ``max_items`` (default ``threads``, with
+    ``"auto"`` ``max_threads``) and ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
     stage = Map(
         fn,
         threads=threads,

@@ -76,6 +76,9 @@ class LoaderStats:
         stage_bytes: bytes granted to the stage buffers (threaded map, prefetch, shard
             and video lanes) of *each* worker: ``max_bytes // 4 // num_workers`` when the
             pipeline has such stages, else None (then batches get all of ``max_bytes``).
+        threads: for each ``map(threads="auto")`` stage, the threads its workers use
+            now (``streambuf.ThreadStats``; the same as ``pipeline.stats().threads``):
+            log ``stats()`` over time (``log_every_s``) to see the counts move.
     """
 
     batches: int
@@ -91,6 +94,7 @@ class LoaderStats:
     decisions: tuple[TunerDecision, ...]
     budget: BudgetStats | None
     stage_bytes: int | None = None
+    threads: tuple[Any, ...] = ()
 
     def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
         """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"

@@ -95,8 +95,9 @@ def _chosen(pipe: Pipeline) -> float | None:
 def _count(trial: dict[str, Any]) -> float:
     """A trial's threads per worker, for preferring fewer: the chosen count with auto."""
     th = trial["threads"]
-    if th == "auto":
-        return float(trial["chosen_threads"] or 0)
+    if th == "auto":  # no reading (no worker ran the stage when sampled): no evidence
+        chosen = trial["chosen_threads"]
+        return float("inf") if chosen is None else float(chosen)
     return float(th or 0)
 
 

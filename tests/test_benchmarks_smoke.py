@@ -48,7 +48,7 @@ def test_latency_has_every_peer_and_the_zero_latency_rows(tmp_path):
     assert len(auto) == 1 and auto[0]["runs"][0]["threads_over_time"], auto
     # the auto headline says which count it chose and when it settled
     h = next(h for h in data["headline"] if "auto" in h["workload"])
-    assert "chose" in h["how"] and "settled at" in h["how"]
+    assert "chose" in h["how"] and "reached at" in h["how"]
     assert (tmp_path / "latency.png").stat().st_size > 0
 
 

@@ -33,8 +33,9 @@ def test_latency_pipeline_example():
         timeout=100,
     )
     assert out.returncode == 0, out.stderr
-    # 1024 samples in batches of 32, every one delivered
+    # 1024 samples in batches of 32, every one delivered; the threads="auto" counts shown
     assert out.stdout.startswith("32 batches in "), out.stdout
+    assert "threads over both workers" in out.stdout, out.stdout
 
 
 @pytest.mark.timeout(180)

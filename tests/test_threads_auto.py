@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 import streambuf as sb
+from streambuf._inline import InlineChooser
 from streambuf._tuner import ThreadTuner
 from streambuf.prefetch import ThreadPrefetcher
 from streambuf.testing import check_resume
@@ -104,6 +105,20 @@ def test_shrinks_to_one_thread_under_gil_bound_work() -> None:
     # one thread runs alone at 2000/s; two or more fight for the GIL: 1000/s
     counts = drive(t, c, lambda n: 2000.0 if n == 1 else 1000.0, 2000)
     assert counts == [8, 2, 1] and t.count == 1, counts
+
+
+def test_a_plateau_keeps_its_count_unless_the_cpus_are_busy() -> None:
+    # the same rate at every count (the consumer is the limit): noise must not move the
+    # count, so the check keeps the one it began with ...
+    c = Clocks()
+    t = tuner(c, cpus=2.0)
+    drive(t, c, lambda n: 1000.0, 600, busy=lambda n: 0.2)
+    assert t.count == 4 and t.settled_s is not None
+    # ... but on busy CPUs fewer threads doing as much is better: down to one
+    c = Clocks()
+    t = tuner(c, cpus=2.0)
+    drive(t, c, lambda n: 1000.0, 600, busy=lambda n: 1.95)
+    assert t.count == 1
 
 
 def test_rechecks_back_off_and_follow_a_change() -> None:
@@ -261,6 +276,52 @@ def test_break_leaves_no_thread_behind() -> None:
     assert threading.active_count() <= before
 
 
+def sized(x: int) -> bytes:
+    if x % 3 == 0:
+        time.sleep(0.0005)
+    return bytes(1000 + x)  # each result a little larger than the largest before it
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+@pytest.mark.parametrize("threads", [8, "auto"])
+def test_paused_lanes_hold_no_room_while_the_consumer_drains(ordered: bool, threads) -> None:  # type: ignore[no-untyped-def]
+    # the inline chooser pauses the producers often; with the lanes' reservations
+    # filling the byte bound, a paused lane that kept its reservation would leave no
+    # room for a result larger than its own (first-ready order has no hand-off): a hang
+    n = 3000
+    p = ThreadPrefetcher(
+        range(n),
+        max_items=64,
+        max_bytes=8 * 1100,
+        threads=threads,
+        fn=sized,
+        ordered=ordered,
+        adaptive=True,
+    )
+    p.chooser = InlineChooser(8, min_window_s=0.0, min_interval_s=0.0, max_interval_s=0.0)
+    out: list[bytes] = []
+    th = threading.Thread(target=lambda: out.extend(p), daemon=True)
+    th.start()
+    th.join(20)  # normally well under a second
+    ended = not th.is_alive()
+    p.close()
+    assert ended, f"stuck after {len(out)} of {n} items"
+    want = [bytes(1000 + x) for x in range(n)]
+    assert (out == want) if ordered else sorted(out) == sorted(want)
+    assert p.chooser.switches >= 4
+
+
+def test_a_closed_loader_shows_no_running_threads() -> None:
+    pipe = sb.Pipeline(range(100_000)).map(sleepy, threads="auto").batch(16)
+    with sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB", timeout_s=60) as loader:
+        for i, _ in enumerate(loader):
+            if i == 5:
+                assert pipe.stats().threads[0].running >= 1
+                break
+    got = pipe.stats().threads[0]
+    assert got.threads == 0 and got.running == 0, got
+
+
 def sleepy(x: int) -> int:
     time.sleep(0.003)
     return x
@@ -282,9 +343,12 @@ def test_loader_workers_report_their_counts() -> None:
     assert end.threads == 0 and end.running == 0 and end.changes >= 2
 
 
-def test_num_workers_auto_follows_recommend() -> None:
-    loader = sb.Loader(sb.Pipeline(range(4)), num_workers="auto", max_batches=8, max_bytes="1MiB")
-    assert loader.num_workers == sb.recommend().num_workers
+def test_num_workers_auto_follows_recommend_within_max_batches() -> None:
+    loader = sb.Loader(sb.Pipeline(range(4)), num_workers="auto", max_batches=64, max_bytes="1MiB")
+    assert loader.num_workers == min(sb.recommend().num_workers, 64)
+    # in order, each worker needs a batch of credit: never more workers than max_batches
+    loader = sb.Loader(sb.Pipeline(range(4)), num_workers="auto", max_batches=1, max_bytes="1MiB")
+    assert loader.num_workers == 1
 
 
 # -- exact resume while the counts change ---------------------------------------------------
@@ -305,3 +369,31 @@ def auto_pipeline() -> sb.Pipeline:
 
 def test_resume_is_exact_with_threads_auto() -> None:
     check_resume(auto_pipeline, num_workers=(0, 2), stops=(1, 5, "last"))
+
+
+class Churning:
+    """In place of ThreadTuner: a new count every 5 items (1..16), so threads are added
+    and retired all through an epoch (DataLoader workers are forked: they inherit it)."""
+
+    COUNTS = (3, 16, 1, 9, 2, 12, 5)
+
+    def __init__(self, *, max_threads: int, room: Callable[[], int]) -> None:
+        self.count, self.n = 4, 0
+
+    def tick(self) -> int | None:
+        self.n += 1
+        if self.n % 5:
+            return None
+        self.count = self.COUNTS[(self.n // 5) % len(self.COUNTS)]
+        return self.count
+
+    def restart(self) -> None:
+        pass
+
+
+def test_resume_is_exact_while_threads_are_added_and_retired(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    module = importlib.import_module("streambuf.prefetch")  # the name is also a function
+    monkeypatch.setattr(module, "ThreadTuner", Churning)
+    check_resume(auto_pipeline, num_workers=(0, 2), stops=(1, 5, 17, "last"))

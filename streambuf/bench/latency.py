@@ -22,7 +22,8 @@ Loaders, same samples, same batch size, same collate:
   workers, ``max_batches`` = 2 per worker and ``max_bytes`` = 2 batches per worker of
   credit (a quarter more for the stage buffers); and the same with ``threads="auto"``
   (the count chosen at run time in each worker, ``streambuf._tuner``: the rows record
-  the total over workers every 8 batches and when it last changed).
+  the total over workers every 8 batches, the count it settled on and when it was
+  first reached).
 
 **50 ms rows** (remote-storage latency, 64 KiB samples): torchdata.nodes 32 threads
 against streambuf 4 x 8 and 4 x ``"auto"`` threads, both streambuf rows with
@@ -241,12 +242,10 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
         return r["config"]["kind"] == "streambuf" and r["config"].get("threads") == "auto"
 
     def chose(r: dict[str, Any], peer: dict[str, Any]) -> str:
-        run = r["runs"][-1]
-        counts = run.get("threads_over_time") or [(None, 0)]
+        got = r["runs"][-1].get("threads_chosen") or (0, float("nan"))
         return (
-            f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose "
-            f"{counts[-1][1]} in all, settled at {run.get('threads_settled_s')} s) vs "
-            f"{short_name(peer)}"
+            f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose {got[0]} in "
+            f"all, reached at {got[1]:.2f} s) vs {short_name(peer)}"
         )
 
     out: list[Headline | None] = [

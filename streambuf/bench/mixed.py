@@ -153,10 +153,10 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
         return r["config"].get("threads") == "auto" and r["config"].get("adaptive", True)
 
     def chose(r: dict[str, Any], peer: dict[str, Any]) -> str:
-        counts = r["runs"][-1].get("threads_over_time") or [(None, 0)]
+        got = r["runs"][-1].get("threads_chosen") or (0, float("nan"))
         return (
-            f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose {counts[-1][1]} in "
-            f"all) vs {short_name(peer)}"
+            f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose {got[0]} in "
+            f"all, reached at {got[1]:.2f} s) vs {short_name(peer)}"
         )
 
     return [

@@ -218,15 +218,15 @@ def loader_stats(loader: Any) -> dict[str, Any]:
     return out
 
 
-def _settled(counts: list[tuple[float, int]]) -> float | None:
-    """When the thread count last changed (the time of the first sample of the final
-    count), or None without samples."""
+def chosen_threads(counts: list[tuple[float, int]]) -> tuple[int, float] | None:
+    """The count ``threads="auto"`` settled on (the one sampled most often; the epoch's
+    tail, where workers finish one by one, is short) and when it was first reached;
+    None without samples."""
     if not counts:
         return None
-    last = len(counts) - 1
-    while last > 0 and counts[last - 1][1] == counts[-1][1]:
-        last -= 1
-    return counts[last][0]
+    values = [c for _, c in counts]
+    mode = max(set(values), key=lambda v: (values.count(v), v))
+    return mode, next(t for t, c in counts if c == mode)
 
 
 def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -278,5 +278,9 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
         "batch_bytes": maker.nbytes * cfg["batch_size"],
         **built.info,
         **extra,
-        **({"threads_over_time": threads, "threads_settled_s": _settled(threads)} if tuned else {}),
+        **(
+            {"threads_over_time": threads, "threads_chosen": chosen_threads(threads)}
+            if tuned
+            else {}
+        ),
     }

@@ -66,3 +66,30 @@ MUTANTS += [
         "tests/sources/test_lanes_auto.py::test_resume_is_exact_with_lanes_auto",
     ),
 ]
+MUTANTS += [
+    _m(
+        "the controller keeps a count on busy CPUs when fewer threads do as much",
+        "streambuf/_tuner.py",
+        "        saturated = self._busy_from >= self.cpu_busy * self.cpus",
+        "        saturated = False",
+        "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
+    ),
+    _m(
+        "the controller moves on noise (no preference for the count it has)",
+        "streambuf/_tuner.py",
+        "        count = self._from if (self._from in near and not saturated) else min(near)",
+        "        count = min(near)",
+        "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
+    ),
+    _m(
+        "paused lanes keep their reservation (wait inside the pull)",
+        "streambuf/prefetch.py",
+        "            if self._paused:\n                return AGAIN\n",
+        "            while self._paused and not self._stopped:\n"
+        "                self._src_lock.release()\n"
+        "                threading.Event().wait(0.001)\n"
+        "                self._src_lock.acquire()\n"
+        "            if self._stopped:\n                return _END\n",
+        "::test_paused_lanes_hold_no_room_while_the_consumer_drains[8-False]",
+    ),
+]
