@@ -135,7 +135,8 @@ class PipelineStats:
 
     def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
         """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"
-        (``shards/io/retries``, ``mix/taken/0``, ``sources/1/shards/samples``)."""
+        (``shards/io/retries``, ``mix/taken/0``, ``sources/1/shards/samples``,
+        ``threads/map(load)/threads``)."""
         d = asdict(self)
         if not flat:
             return d
@@ -144,6 +145,9 @@ class PipelineStats:
         def walk(prefix: str, v: Any) -> None:
             if isinstance(v, dict):
                 for k, x in v.items():
+                    if k == "threads" and isinstance(x, list | tuple):
+                        # threads/<stage>/<field>: numbers only (no stage-name strings)
+                        x = {t["stage"]: {f: n for f, n in t.items() if f != "stage"} for t in x}
                     walk(f"{prefix}{k}/", x)
             elif isinstance(v, list | tuple):
                 for i, x in enumerate(v):

@@ -55,6 +55,11 @@ class BufferStats:
         return asdict(self)
 
 
+def thread_scalars(threads: Any) -> dict[str, Any]:
+    """``ThreadStats`` rows (as dicts) -> ``{"threads/<stage>/<field>": number}``."""
+    return {f"threads/{t['stage']}/{k}": x for t in threads for k, x in t.items() if k != "stage"}
+
+
 @dataclass(frozen=True)
 class LoaderStats:
     """Snapshot of a Loader (``loader.stats()``); ``as_dict(flat=True)`` for loggers.
@@ -105,6 +110,9 @@ class LoaderStats:
         out: dict[str, Any] = {}
         for k, v in d.items():
             if k == "decisions":
+                continue
+            if k == "threads":  # threads/<stage>/<count>: numbers only, keyed by stage
+                out.update(thread_scalars(v))
                 continue
             if isinstance(v, dict):
                 for k2, v2 in v.items():

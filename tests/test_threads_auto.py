@@ -337,6 +337,13 @@ def test_loader_workers_report_their_counts() -> None:
             seen.append(pipe.stats().threads[0])
     assert sorted(out) == list(range(3000))
     assert max(s.running for s in seen) == 2
+    # for loggers: numbers only, keyed by stage
+    flat = loader.stats().as_dict(flat=True)
+    assert flat["threads/map(sleepy)/max_threads"] == 64
+    assert all(isinstance(v, int | float) for v in flat.values())
+    flat = pipe.stats().as_dict(flat=True)
+    assert flat["threads/map(sleepy)/max_threads"] == 64
+    assert all(isinstance(v, int | float) for v in flat.values()), flat
     assert max(s.threads for s in seen) > 8  # grew past 4 per worker
     assert seen[-1].max_threads == 64
     end = pipe.stats().threads[0]
