@@ -44,7 +44,9 @@ from collections.abc import Callable
 
 from .resources import cpu_limit, cpu_seconds
 
-__all__ = ["ThreadTuner"]
+__all__ = ["START_THREADS", "ThreadTuner"]
+
+START_THREADS = 4  # where a climb begins
 
 
 class ThreadTuner:
@@ -59,7 +61,7 @@ class ThreadTuner:
         self,
         *,
         max_threads: int,
-        start: int = 4,
+        start: int = START_THREADS,
         window: int = 32,
         settle: int | None = None,
         min_window_s: float = 0.1,

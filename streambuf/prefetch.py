@@ -45,7 +45,7 @@ from typing import Any, Generic, TypeVar
 
 from ._inline import InlineChooser
 from ._lanes import AGAIN, LaneRunner
-from ._tuner import ThreadTuner
+from ._tuner import START_THREADS, ThreadTuner
 from ._units import parse_count
 from .errors import add_note
 from .sizing import nbytes
@@ -144,11 +144,9 @@ class ThreadPrefetcher(Generic[T]):
         self._stopped = False
         self._delivered = 0  # items the consumer has yielded (adaptive mode)
         self.inline_items = 0  # items made inline, in the consumer's thread
-        self.tuner: ThreadTuner | None = None
-        self._max_items = max_items  # the count's first limit, before the window exists
-        if auto:
-            self.tuner = ThreadTuner(max_threads=self._threads_n, room=self._room)
-        self._active = self.tuner.count if self.tuner is not None else self._threads_n
+        # threads="auto" starts at START_THREADS (within max_threads and max_items)
+        start = min(START_THREADS, self._threads_n, parse_count(max_items, name="max_items"))
+        self._active = start if auto else self._threads_n
         self._on_threads = on_threads
         window: Window[T] = Window(
             lanes=self._threads_n,
@@ -168,6 +166,9 @@ class ThreadPrefetcher(Generic[T]):
             initial=self._active,
             gate=self._gate if (auto or self._adaptive) else None,
         )
+        self.tuner: ThreadTuner | None = None
+        if auto:
+            self.tuner = ThreadTuner(max_threads=self._threads_n, start=start, room=self._room)
         chooser_window = 32 if auto else max(4 * self._threads_n, 32)
         self.chooser = InlineChooser(chooser_window) if self._adaptive else None
 
@@ -212,8 +213,6 @@ class ThreadPrefetcher(Generic[T]):
     # -- the thread count (threads="auto") ----------------------------------------------
     def _room(self) -> int:
         """Threads the bounds have room for: one item in flight each."""
-        if not hasattr(self, "_runner"):  # the tuner's start, before the window exists
-            return int(self._max_items)
         win = self._window
         largest = self._runner.largest
         if largest <= 0:

@@ -384,7 +384,7 @@ class Churning:
 
     COUNTS = (3, 16, 1, 9, 2, 12, 5)
 
-    def __init__(self, *, max_threads: int, room: Callable[[], int]) -> None:
+    def __init__(self, *, max_threads: int, room: Callable[[], int], start: int = 4) -> None:
         self.count, self.n = 4, 0
 
     def tick(self) -> int | None:
