@@ -229,6 +229,15 @@ def test_handoff_profile_runs_tiny(capsys):
     assert "cProfile" in capsys.readouterr().out
 
 
+def test_chunk_probe_runs_tiny(capsys):
+    from streambuf.bench import _chunk_probe
+
+    out = _chunk_probe.main(["--shards", "2", "--per-shard", "3", "--lanes", "2"])
+    assert out["inline, 2 lane(s)"] > 0 and out["threads, 2 lane(s), chunk 16"] > 0
+    assert 0 < out["ledger us/sample"] < 1000
+    assert "samples/s, best of 3" in capsys.readouterr().out
+
+
 def test_tar_profile_runs_tiny(capsys):
     from streambuf.bench import _tar_profile
 

@@ -73,6 +73,9 @@ class _FsspecRaw(_RawBase):
     grow: ``block_bytes`` first (the first sample arrives as soon as from one block),
     doubling while the stream is read on, up to ``FETCH_GROWTH x block_bytes`` (a 1 GiB
     shard over S3 is ~130 requests, not 1024, each paying the request latency once);
+    what is left of the object (or range) is taken in one request once it fits in a
+    full-grown one, so an object of at most ``FETCH_GROWTH x block_bytes`` (8 MiB by
+    default) is one GET, like webdataset's (s3fs costs ~3 ms of CPU per request);
     what a request brought and the reader has not taken yet waits here (counted by the
     shard reader's stage overhead, ``sources.pipe``)."""
 
@@ -105,8 +108,12 @@ class _FsspecRaw(_RawBase):
     def _read_some(self, n: int) -> Any:
         if not self._got:
             want = self._want
-            if self.end is not None:  # a bounded range: never request past it
-                want = min(want, self.end - self.offset)
+            stop = self.end if self.end is not None else self.size
+            if stop is not None:  # never request past a bounded range or the object
+                rest = stop - self.offset
+                # what is left fits in one full-grown request: take it in one (a small
+                # object is one GET, paying the request's latency and CPU once)
+                want = rest if rest <= FETCH_GROWTH * self._block else min(want, rest)
             self._got = memoryview(bytes(self._f.read(max(want, n))))
             self._want = min(2 * self._want, FETCH_GROWTH * self._block)
         out, self._got = self._got[:n], self._got[n:]

@@ -77,9 +77,16 @@ MUTANTS += [
     _m(
         "fsspec reads: a bounded range requests past its end",
         "streambuf/io/opener.py",
-        "                want = min(want, self.end - self.offset)",
-        "                want = want",
+        "            stop = self.end if self.end is not None else self.size",
+        "            stop = self.size",
         "tests/sources/test_s3.py::test_s3_bounded_read_requests_only_its_range",
+    ),
+    _m(
+        "fsspec reads: a small object's rest comes in growing requests, not one",
+        "streambuf/io/opener.py",
+        "                want = rest if rest <= FETCH_GROWTH * self._block else min(want, rest)",
+        "                want = min(want, rest)",
+        "tests/sources/test_s3.py::test_s3_small_object_is_one_request",
     ),
 ]
 MUTANTS += [

@@ -180,7 +180,7 @@ def test_s3_epoch_two_makes_no_request(
             f"s3://{s3_bucket}/shard-{{000000..000003}}.tar",
             lanes=2,
             storage_options=opts,
-            block_bytes="16KiB",
+            block_bytes="8KiB",  # an 80 KiB shard takes 3 GETs (8, 16, then the rest)
             cache_dir=str(tmp_path),
             cache_limit="1GiB",
             **FAST,
@@ -188,7 +188,7 @@ def test_s3_epoch_two_makes_no_request(
         loader = loader_for(pipe)
         assert sorted(keys_of(loader)) == sorted(expected_keys(4, 20))
         gets = [r for r in proxy.records() if r.path.startswith(f"/{s3_bucket}/shard-")]
-        assert len(gets) >= 4 * 3  # ranged GETs growing from 16 KiB (16, 32, 64 KiB)
+        assert len(gets) >= 4 * 3  # the cache's entries are made from several GETs
         before = len(proxy.log)
         loader.set_epoch(1)
         assert sorted(keys_of(loader)) == sorted(expected_keys(4, 20))

@@ -51,7 +51,7 @@ def test_s3_resume_through_faulty_proxy(
 ) -> None:
     """Connections dropped mid-body and 503s between client and S3: every byte once."""
     size = (shard_dir / "shard-000002.tar").stat().st_size
-    block = 16384
+    block = 2048  # the shard (~50 KB) spans requests growing to FETCH_GROWTH blocks
     with FaultyServer(upstream=moto_endpoint) as proxy:
         opts = {
             **s3_options,
@@ -60,7 +60,7 @@ def test_s3_resume_through_faulty_proxy(
             "skip_instance_cache": True,
         }
         path = f"/{s3_bucket}/shard-000002.tar"
-        proxy.drop(path, after_bytes=5000, times=2)
+        proxy.drop(path, after_bytes=1000, times=2)
         proxy.fail(path, times=1, status=503)
         with open_stream(
             f"s3://{s3_bucket}/shard-000002.tar", storage_options=opts, block_bytes=block, **FAST
@@ -74,15 +74,39 @@ def test_s3_resume_through_faulty_proxy(
             if "Range" in r.headers
         ]
         # every ranged GET starts where the bytes delivered had reached (no re-read from
-        # 0), its size growing from one block to FETCH_GROWTH blocks (few requests)
+        # 0), its size growing from one block to FETCH_GROWTH blocks (few requests), the
+        # rest in one request once it fits in a full-grown one
         grown, at, n = [], 0, block
         while at < size:
             grown.append(at)
-            at, n = at + n, min(2 * n, FETCH_GROWTH * block)
+            rest = size - at
+            at += rest if rest <= FETCH_GROWTH * block else min(n, rest)
+            n = min(2 * n, FETCH_GROWTH * block)
+        assert len(grown) >= 4, "the shard must span growing requests"
         assert starts == sorted(starts) and sorted(set(starts)) == grown
         # the faults really happened (s3fs retries some itself, below our counter)
         assert len(gets) >= len(starts) and sum(r.status == 503 for r in proxy.log) == 1
         assert len(starts) == len(grown) + 2  # two dropped reads were re-issued
+
+
+def test_s3_small_object_is_one_request(
+    moto_endpoint: str, s3_bucket: str, s3_options: dict[str, Any], shard_dir: Path
+) -> None:
+    """An object of at most FETCH_GROWTH blocks is one ranged GET (the request's latency
+    and CPU paid once), and a read that starts inside one takes its rest in one."""
+    shard = shard_dir / "shard-000003.tar"
+    size = shard.stat().st_size
+    block = 16384
+    assert 2 * block < size <= FETCH_GROWTH * block
+    with FaultyServer(upstream=moto_endpoint) as proxy:
+        opts = {**s3_options, "endpoint_url": proxy.base_url, "skip_instance_cache": True}
+        url = f"s3://{s3_bucket}/{shard.name}"
+        with open_stream(url, storage_options=opts, block_bytes=block, **FAST) as f:
+            assert f.read() == shard.read_bytes()
+        with open_stream(url, storage_options=opts, block_bytes=block, offset=100, **FAST) as f:
+            assert f.read() == shard.read_bytes()[100:]
+        ranges = [r.headers["Range"] for r in proxy.records() if "Range" in r.headers]
+    assert ranges == [f"bytes=0-{size - 1}", f"bytes=100-{size - 1}"], ranges
 
 
 def test_s3_bounded_read_requests_only_its_range(
