@@ -11,8 +11,10 @@ from . import video as video
 from . import wds as wds  # per-sample WebDataset functions: Decoder, ToTuple, ...
 from ._contracts import WorkerContext
 from ._counters import PipelineStats, ThreadStats
+from ._meter import StageStats
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
+from .checkpointing import DistributedState
 from .compose import Stage, StageState
 from .depth import DepthTuner, TunerDecision
 from .device import DevicePrefetcher
@@ -45,6 +47,7 @@ __all__ = [
     "CreditBudget",
     "DepthTuner",
     "DevicePrefetcher",
+    "DistributedState",
     "Limits",
     "Loader",
     "LoaderStats",
@@ -57,6 +60,7 @@ __all__ = [
     "Stage",
     "StageError",
     "StageState",
+    "StageStats",
     "StreambufError",
     "ThreadPrefetcher",
     "ThreadStats",

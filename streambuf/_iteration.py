@@ -18,10 +18,12 @@ from it (the same slot of the same layout: identical remainder); ``progress=`` (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._ledger import Ledger, Rec
+from ._meter import FLUSH, SOURCE
 from .stages import Batch, Env
 
 if TYPE_CHECKING:
@@ -95,18 +97,25 @@ class Iteration:
 
     def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
         ctx = self.ctx
+        meter = getattr(self.pipe, "_meter", None)
         env = Env(
             ledger=self.ledger,
             base_seed=self.pipe.seed,
             seed_parts=(ctx.epoch, ctx.rank, ctx.worker, self.pass_index),
             stage_bytes=self.stage_bytes,
+            meter=meter,
+            worker=ctx.worker,
         )
         self._env = env
         it = self._open_source(env, resume)
+        if meter is not None:
+            it = meter.wrap(it, SOURCE, ctx.worker)
         states = (resume or {}).get("stages") or {}
         for k, stage in enumerate(self.pipe._stages):
             stage.set_epoch(ctx.epoch)
             it = stage.open(it, env, k, states.get(str(k)))
+            if meter is not None:
+                it = meter.wrap(it, k, ctx.worker)
         return it if self._batched else _lookahead(it)
 
     # -- delivery -----------------------------------------------------------------------
@@ -120,6 +129,27 @@ class Iteration:
         resume = self.resume
         if resume is not None and self.done:
             return  # the saved state had delivered everything
+        meter = getattr(self.pipe, "_meter", None)
+        down = meter.downstream(self.ctx.worker) if meter is not None else None
+        clock = time.perf_counter_ns
+        ns = n = 0
+        inner = self._records(settle, resume)
+        try:
+            for rec in inner:
+                t = clock()
+                yield rec
+                if down is not None:  # handing it on: the transport, credits, the consumer
+                    ns += clock() - t
+                    n += 1
+                    if n >= FLUSH:
+                        down(ns, n)
+                        ns = n = 0
+        finally:
+            inner.close()
+            if down is not None and n:
+                down(ns, n)
+
+    def _records(self, settle: bool, resume: dict[str, Any] | None) -> Generator[Rec, None, None]:
         while True:
             resumed = resume is not None
             it = self._open_pass(resume)

@@ -9,7 +9,8 @@ A state (``Loader.state_dict()``, ``Pipeline.state_dict()``) is plain data (JSON
      "workers": [snapshot | None, ...],     # per worker: streambuf._iteration snapshot
      "next_worker": k,                      # in-order: the worker whose batch is next
      "complete": bool,                      # every worker delivered its whole stream
-     "before": progress | None}             # carried over from an elastic resume
+     "before": progress | None,             # carried over from an elastic resume
+     "digest": "..."}                       # of the fields above but names (digest())
 
 ``check_loadable(pipe, state)`` validates a state completely before anything uses it
 (``streambuf._state_schema``: shape, types, ranges, each fault a ``ValueError`` naming
@@ -149,7 +150,7 @@ def run_state(
         )
         for w, snap in enumerate(workers)
     )
-    return {
+    state = {
         "version": VERSION,
         "kind": KIND,
         "epoch": epoch,
@@ -168,6 +169,18 @@ def run_state(
         "complete": complete,
         "before": before.to_data() if before is not None else None,
     }
+    state["digest"] = digest(state)
+    return state
+
+
+def digest(state: dict[str, Any]) -> str:
+    """A hash of what one rank's state says (every field but ``names``, the same on
+    every rank, and the digest itself). A state whose fields came from several states
+    (a checkpointer that keeps one copy of each leaf saved under one key by several
+    ranks, as ``torch.distributed.checkpoint`` does) or were edited no longer matches."""
+    body = {k: v for k, v in state.items() if k not in ("names", "digest")}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def pipeline_state(pipe: PipelineView, it: Iteration | None) -> dict[str, Any]:
@@ -210,6 +223,14 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
             "this state was saved by a different pipeline (stages, a shuffle's seed, shard "
             f"shuffling, equalize or mixed sources differ: saved {state['fingerprint']!r}, "
             f"this one {shape(pipe)!r}); resume with the same pipeline"
+        )
+    if "digest" in state and state["digest"] != digest(state):
+        raise ValueError(
+            f"{path} does not match its digest: its fields were changed or assembled from "
+            "several states. torch.distributed.checkpoint keeps one copy of a value that "
+            "several ranks save under one key, leaf by leaf: save "
+            "streambuf.DistributedState(loader) instead of the loader (or one "
+            "loader.state_dict() per rank, e.g. torch.save to a file per rank)"
         )
     return state
 

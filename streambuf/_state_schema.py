@@ -195,7 +195,8 @@ def _state_spec(mix: bool, stage_keys: tuple[str, ...]) -> Dict:
             "next_worker": Int(0, "slots"),
             "complete": Bool(),
             "before": Opt(PROGRESS),
-        }
+        },
+        optional={"digest": Str()},  # states saved before it had none
     )
 
 

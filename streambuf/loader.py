@@ -188,6 +188,7 @@ class Loader:
         self._iter_start = time.monotonic()
         self._iter_batches = 0
         self._iter_wait = 0.0
+        self._iter_first = self._iter_last = self._iter_first_wait = self._iter_starved = 0.0
         self._last_log = time.monotonic()
         self._budget: CreditBudget | None = None
         self._dl: DataLoader[Any] | None = None
@@ -290,6 +291,7 @@ class Loader:
         self._iter_start = time.monotonic()
         self._iter_batches = 0
         self._iter_wait = 0.0
+        self._iter_first = self._iter_last = self._iter_first_wait = self._iter_starved = 0.0
         rank, world = self._rank_world()
         plan = self._tracker.start(epoch=self.epoch, rank=rank, world_size=world)
         self._epoch = plan.epoch
@@ -461,12 +463,18 @@ class Loader:
                 depth = self.tuner.update()
                 if depth is not None:
                     budget.set_limits(max_batches=depth)
-            self._account(t0, waited, item.nbytes)
+            self._account(t0, waited, item.nbytes, starved=empty)
             yield item.batch
 
-    def _account(self, t0: float, waited: float, size: int) -> None:
+    def _account(self, t0: float, waited: float, size: int, *, starved: bool = True) -> None:
         self._wait_s += waited
         self._iter_wait += waited
+        if starved:  # no finished batch was waiting (not: one was in transit)
+            self._iter_starved += waited
+        now = time.monotonic()
+        if self._iter_batches < max(1, self.num_workers):  # start-up: each worker's first
+            self._iter_first, self._iter_first_wait = now, self._iter_starved
+        self._iter_last = now
         if self.log_every_s is not None and t0 - self._last_log >= self.log_every_s:
             self._last_log = t0
             log.info("streambuf: %s", self.stats().as_dict(flat=True))
@@ -493,6 +501,10 @@ class Loader:
             elapsed_s=elapsed,
             batches_per_s=self._iter_batches / elapsed,
             wait_fraction=self._iter_wait / elapsed,
+            steady_wait_fraction=(self._iter_starved - self._iter_first_wait)
+            / max(1e-9, self._iter_last - self._iter_first)
+            if self._iter_batches > max(1, self.num_workers)
+            else float("nan"),
             empty_gets=self._empty_gets,
             depth=depth,
             occupancy=(budget.in_flight_batches / depth) if budget is not None else 0.0,
@@ -501,4 +513,19 @@ class Loader:
             budget=budget,
             stage_bytes=self.stage_bytes,
             threads=self.pipeline.stats().threads,
+            stages=self.pipeline.stage_stats(),
+        )
+
+    def report(self) -> str:
+        """Where the time goes: per stage (summed over the workers, this pipeline's
+        runs so far) in the order data flows, then which stage limits throughput and
+        the one change most likely to help; "the consumer" when batches were ready
+        (after each worker's first batch, the loop waited less than 5% of the
+        current iteration's time: ``stats().steady_wait_fraction``). ``print(loader.report())``
+        after some batches, or at the end of an epoch."""
+        return self.pipeline.report(
+            wait_fraction=self.stats().steady_wait_fraction
+            if self._iter_batches > max(1, self.num_workers)
+            else None,
+            workers=self.num_workers,
         )

@@ -30,12 +30,16 @@ from torch.utils.data import IterableDataset
 from . import _state
 from ._contracts import Source, SourceReader, WorkerContext
 from ._counters import PipelineStats
+from ._diagnosis import diagnose, render
 from ._iteration import Iteration
+from ._meter import StageMeter, StageStats
 from ._shared import SharedInt
 from ._source_kinds import IterableSource, SequenceSource
+from ._tuner import START_THREADS
 from ._units import check_int
 from ._verbs import SampleVerbs
 from .compose import Stage as UserStage
+from .prefetch import parse_threads
 from .sharding import Equalize, Sharding, current_rank_world, current_worker, equal_batch_counts
 from .stages import Batch, Filter, Flatten, Map, Prefetch, Shuffle, Stage
 
@@ -112,6 +116,7 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
                 )
             self.sizes()  # samples_per_shard: given, and one count per shard
         self._stages: tuple[Stage, ...] = ()
+        self._meter: StageMeter | None = StageMeter(0)  # time per stage, shared with workers
         self._epoch = SharedInt(0)
         self._current: Iteration | None = None  # the in-process iteration (state_dict)
         self._resume: dict[str, Any] | None = None  # loaded, for the next iteration
@@ -133,6 +138,7 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(self.__dict__)
         new._stages = (*self._stages, stage)
+        new._meter = StageMeter(len(new._stages))
         new._current, new._resume = None, None
         return new
 
@@ -280,6 +286,50 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         )
         got = self._src.stats()
         return replace(got, threads=threads) if threads else got
+
+    def stage_stats(self) -> tuple[StageStats, ...]:
+        """Where the time went, per stage, summed over every worker that ran this
+        pipeline (not its fluent ancestors or descendants): the source, each stage in
+        order, then ``downstream`` (handing outputs on). See ``streambuf.StageStats``."""
+        if self._meter is None:  # (benchmarks measure the pipeline without it)
+            return ()
+        names = [self._source_name(), *(s.name for s in self._stages)]
+        return self._meter.stats(names)
+
+    def _stage_threads(self) -> list[int]:
+        """Threads per link (source, stages, downstream) as the diagnosis counts them:
+        a threaded map's per worker (``"auto"``: the mean now), else 1."""
+        out = [1]
+        for stage in self._stages:
+            n = 1
+            if isinstance(stage, Map) and stage.threaded:
+                n, auto = parse_threads(stage.threads, stage.max_threads)
+                ts = stage.thread_stats() if auto else None
+                if ts is not None:
+                    n = max(1, round(ts.threads / ts.running)) if ts.running else START_THREADS
+            out.append(n)
+        return [*out, 1]
+
+    def report(self, *, wait_fraction: float | None = None, workers: int = 0) -> str:
+        """Where the time went, per stage (``stage_stats()``) as a table in the order data
+        flows, and which stage limits throughput with the one change most likely to help
+        (``streambuf._diagnosis``). ``Loader.report()`` adds the consumer's side."""
+        stages = self.stage_stats()
+        found = diagnose(
+            stages, threads=self._stage_threads(), wait_fraction=wait_fraction, workers=workers
+        )
+        return render(stages, found)
+
+    def _source_name(self) -> str:
+        src = self._src
+        reader = getattr(src, "reader", None)
+        if reader is not None:
+            kind = type(reader).__name__.removesuffix("Reader").lower() or "reader"
+            return f"source ({kind})"
+        expand = getattr(src, "expand", None)
+        if expand is not None:
+            return f"source (expand {getattr(expand, '__name__', type(expand).__name__)})"
+        return f"source ({getattr(src, 'state_kind', 'items')})".replace("(lanes)", "(items)")
 
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:

@@ -63,6 +63,14 @@ class _NBytes:
         self.exact: dict[type, _Sizer] = {}
         self._reset_exact()
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """The package's ``nbytes`` pickles by name (a spawned worker uses its own, with
+        the sizers registered when its modules are imported), so a sizer registered
+        here (a lambda, a local function) never makes a pipeline unpicklable."""
+        if self is nbytes:
+            return "nbytes"
+        return super().__reduce_ex__(protocol)
+
     def _reset_exact(self) -> None:
         self.exact.clear()
         self.exact.update(_EXACT)

@@ -87,6 +87,8 @@ class Env:
     stage_bytes: int | None = None
     partial: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
     snapshots: dict[int, Callable[[], Any]] = field(default_factory=dict)
+    meter: Any = None  # the pipeline's StageMeter (streambuf._meter), or None
+    worker: int = 0  # this worker's row in the meter
 
     def seed_for(self, k: int, own: int | None) -> int:
         """Stage ``k``'s seed: hash of (its own seed or the pipeline's, epoch, rank,
@@ -188,10 +190,13 @@ class Map(Stage):
             self.counters.zero(("threads", "running"))
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
-        call = _call(self.fn, self.name)
         lanes, auto = parse_threads(self.threads, self.max_threads)
         if lanes == 1 and not auto:
-            return map(call, up)
+            return map(_call(self.fn, self.name), up)
+        fn = self.fn  # on threads: timed there (its chain time is the wait for results)
+        if env.meter is not None:
+            fn = env.meter.timed(fn, k, env.worker)
+        call = _call(fn, self.name)
         depth = self.max_items if self.max_items is not None else lanes
         mb = self.max_bytes or env.stage_bytes or (256 << 20)
         return iter(

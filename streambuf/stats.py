@@ -71,6 +71,11 @@ class LoaderStats:
         elapsed_s: seconds since the current iteration began.
         batches_per_s: batches / elapsed_s of the current iteration.
         wait_fraction: share of the current iteration's time spent waiting for data.
+        steady_wait_fraction: share of the time after start-up (from the
+            ``num_workers``-th batch, the last worker's first, to the latest; NaN until
+            then) the loop waited with no finished batch ready (a batch in transit is
+            not starvation): below 5%, batches were ready and the consumer is the
+            bottleneck (``loader.report()``).
         empty_gets: times the loop asked while no finished batch was waiting (starved).
         depth: batches allowed in flight now (the tuner's choice, or max_batches).
         occupancy: batches in flight / depth, now.
@@ -84,6 +89,9 @@ class LoaderStats:
         threads: for each ``map(threads="auto")`` stage, the threads its workers use
             now (``streambuf.ThreadStats``; the same as ``pipeline.stats().threads``):
             log ``stats()`` over time (``log_every_s``) to see the counts move.
+        stages: where the time went, per stage (``streambuf.StageStats``: the source,
+            each stage, ``downstream``), summed over the workers; ``loader.report()``
+            turns them into a table and names the bottleneck.
     """
 
     batches: int
@@ -98,8 +106,10 @@ class LoaderStats:
     tuner_decisions: int
     decisions: tuple[TunerDecision, ...]
     budget: BudgetStats | None
+    steady_wait_fraction: float = float("nan")
     stage_bytes: int | None = None
     threads: tuple[Any, ...] = ()
+    stages: tuple[Any, ...] = ()
 
     def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
         """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"
@@ -113,6 +123,12 @@ class LoaderStats:
                 continue
             if k == "threads":  # threads/<stage>/<count>: numbers only, keyed by stage
                 out.update(thread_scalars(v))
+                continue
+            if k == "stages":  # stages/<i> <stage>/<field>: numbers only
+                for i, st in enumerate(v):
+                    for f, x in st.items():
+                        if f != "stage":
+                            out[f"stages/{i} {st['stage']}/{f}"] = x
                 continue
             if isinstance(v, dict):
                 for k2, v2 in v.items():

@@ -38,6 +38,20 @@ def test_latency_pipeline_example():
     assert "threads over both workers" in out.stdout, out.stdout
 
 
+@pytest.mark.timeout(120)
+def test_where_time_goes_example():
+    """The README's "Is the data the bottleneck?" output: the map named when the step
+    is fast, the consumer when it is slow (the example asserts both)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "where_time_goes.py")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "bottleneck: map(load)" in out.stdout and "bottleneck: consumer" in out.stdout
+
+
 @pytest.mark.timeout(180)
 def test_checkpoint_resume_example():
     out = subprocess.run(

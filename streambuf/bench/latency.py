@@ -32,7 +32,9 @@ stays within it). No DataLoader row (at 50 ms it would take minutes).
 
 Zero-latency rows of each (the transport ceiling: what each loader moves when the
 samples cost nothing) sit beside them, with streambuf also at ``adaptive=False`` (its
-threads always used, the ablation of running cheap work inline), and the DataLoader's theoretical ceiling
+threads always used, the ablation of running cheap work inline) and with its per-stage
+time accounting off (``stage stats off``: what ``loader.report()`` costs where samples
+cost nothing), and the DataLoader's theoretical ceiling
 ``workers / (latency x batch)``. Every run is a fresh child process; memory growth per
 docs/design.md (the run's peak AnonPages + Shmem minus the same run with 1-element samples),
 measured in full runs. Repeats interleaved, medians quoted.
@@ -180,6 +182,16 @@ def configs(mode: str) -> list[dict[str, Any]]:
                         name=f"{wl} 0 ms: streambuf adaptive=False",
                     )
                 )
+            # the cost of the per-stage time accounting where it shows most (no latency)
+            out.append(
+                dict(
+                    sb,
+                    batches=zero["batches"],
+                    latency_s=0.0,
+                    stage_stats=False,
+                    name=f"{wl} 0 ms: streambuf, stage stats off",
+                )
+            )
     return out
 
 

@@ -183,6 +183,8 @@ def _streambuf(cfg: dict[str, Any], n: int, maker: SampleMaker) -> _Built:
         )
         .batch(cfg["batch_size"])
     )
+    if cfg.get("stage_stats") is False:  # the ablation: no per-stage time accounting
+        pipe._meter = None
     loader = sb.Loader(
         pipe,
         num_workers=cfg["workers"],

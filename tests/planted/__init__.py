@@ -19,6 +19,8 @@ GROUPS = (
     "arch",
     "cost",
     "autotune",
+    "checkpoints",
+    "report",
 )
 
 

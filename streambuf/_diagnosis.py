@@ -1,0 +1,125 @@
+"""Which stage limits throughput, and the one change most likely to help: ``diagnose``
+and ``render`` (``Loader.report()``, ``Pipeline.report()``), from ``StageStats``.
+
+The rule, in order:
+
+1. **The consumer**: the training loop waited for data less than ``CONSUMER_WAIT`` of
+   its time (a Loader's ``wait_fraction``): batches were ready; the data is not what
+   limits it.
+2. Otherwise each link gets a **cost**, the seconds it kept its thread busy: a stage's
+   own time in the chain; for a threaded ``map`` its function's wall time divided by
+   its threads (its chain time is only the wait for its results, which is someone
+   else's cost). The link with the highest cost is named, with advice by kind:
+   ``downstream`` (workers waiting to hand batches on: more depth, or the consumer
+   side), the source (reading: lanes or workers), a threaded map (waits: more threads;
+   computes: more workers or a cheaper function), any other stage (it runs in the
+   worker's thread: more workers, or threads if it waits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._meter import StageStats
+
+__all__ = ["Diagnosis", "diagnose", "render"]
+
+CONSUMER_WAIT = 0.05  # the loop waited less than this share of its time: the consumer
+WAITS = 0.5  # a function whose CPU time is below this share of its wall time waits
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The stage that limits throughput (``stage``: a ``StageStats.stage`` name, or
+    ``"consumer"``), why (``reason``) and the change most likely to help (``advice``)."""
+
+    stage: str
+    reason: str
+    advice: str
+
+    def __str__(self) -> str:
+        return f"bottleneck: {self.stage}: {self.reason}; {self.advice}"
+
+
+def _cost(s: StageStats, threads: int) -> float:
+    if s.fn_calls:  # a threaded map: its function's time over its threads
+        return s.fn_s / max(1, threads)
+    return s.own_s
+
+
+def diagnose(
+    stages: Sequence[StageStats],
+    *,
+    threads: Sequence[int] | None = None,
+    wait_fraction: float | None = None,
+    workers: int = 0,
+) -> Diagnosis | None:
+    """See the module docstring. ``threads[i]``: the threads of ``stages[i]`` (1 when
+    not threaded); ``wait_fraction``: the consumer's (None outside a Loader); None
+    when nothing was counted yet."""
+    if wait_fraction is not None and wait_fraction < CONSUMER_WAIT and any(s.items for s in stages):
+        return Diagnosis(
+            "consumer",
+            f"batches were ready {1 - wait_fraction:.0%} of the time (the loop waited "
+            f"{wait_fraction:.1%})",
+            "the training step, not the data, limits throughput: nothing to gain here",
+        )
+    counts = list(threads) if threads is not None else [1] * len(stages)
+    costs = [_cost(s, counts[i] if i < len(counts) else 1) for i, s in enumerate(stages)]
+    if not stages or max(costs) <= 0:
+        return None
+    i = max(range(len(stages)), key=costs.__getitem__)
+    s, n = stages[i], counts[i] if i < len(counts) else 1
+    per = s.fn_s / s.fn_calls if s.fn_calls else s.own_per_item_s
+    what = f"{per * 1e3:.2f} ms per item" + (f" on {n} threads" if s.fn_calls else "")
+    more_workers = f"more workers (num_workers={workers + 1 if workers else 'N'}+)"
+    if s.stage == "downstream":
+        return Diagnosis(
+            s.stage,
+            f"workers spent {s.own_s:.1f} s waiting to hand batches on",
+            "the batches in flight are too few for this consumer's pace, or the "
+            "transport is slow: raise max_batches / max_bytes (adaptive=True finds the "
+            "depth), or pin_memory=False for large batches",
+        )
+    if s.stage.startswith("source"):
+        if "tar" in s.stage or "video" in s.stage:
+            advice = f"read more at once: more lanes (lanes=, or 'auto'), or {more_workers}"
+        else:
+            advice = f"{more_workers}; make the source cheaper (expand=/reader=)"
+        return Diagnosis(s.stage, f"{what} reading", advice)
+    if s.fn_calls:
+        cpu = s.fn_cpu_s / s.fn_s if s.fn_s else 0.0
+        if cpu < WAITS:
+            return Diagnosis(
+                s.stage,
+                f"{what}, waiting {1 - cpu:.0%} of it (CPU {cpu:.0%})",
+                "it waits (I/O, a remote call): raise threads= (or threads='auto')",
+            )
+        return Diagnosis(
+            s.stage,
+            f"{what}, computing (CPU {cpu:.0%} of its time)",
+            f"it computes: {more_workers}, or make the function cheaper",
+        )
+    return Diagnosis(
+        s.stage,
+        f"{what} in the worker's pipeline thread",
+        f"{more_workers}; if it waits on I/O, give it threads (map(fn, threads='auto'))",
+    )
+
+
+def render(stages: Sequence[StageStats], diagnosis: Diagnosis | None) -> str:
+    """A table in the order data flows, then the conclusion."""
+    lines = [
+        "| stage | items | own s | per item ms | share | fn wall s | fn CPU s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in stages:
+        fn = f"{s.fn_s:.2f} | {s.fn_cpu_s:.2f}" if s.fn_calls else "- | -"
+        lines.append(
+            f"| {s.stage} | {s.items} | {s.own_s:.2f} | {s.own_per_item_s * 1e3:.3f} | "
+            f"{s.share:.0%} | {fn} |"
+        )
+    lines.append("")
+    lines.append(str(diagnosis) if diagnosis is not None else "bottleneck: nothing measured yet")
+    return "\n".join(lines)

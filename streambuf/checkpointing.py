@@ -1,0 +1,86 @@
+"""``DistributedState``: a ``Loader``'s state as one value that every rank shares, for
+``torch.distributed.checkpoint`` (DCP) and other checkpoints saved once for all ranks.
+
+Why not ``dcp.save({"loader": loader})``: ``Loader.state_dict()`` is *this rank's* state,
+different on every rank, and DCP treats a non-tensor value saved under one key by several
+ranks as replicated: it keeps one copy of each leaf, picked leaf by leaf, so every rank
+would load a state assembled from several ranks' (samples lost and repeated). Streambuf
+refuses such a state when it can tell (``_state``: each state carries a digest of its
+content), and this wrapper avoids it:
+
+* ``state_dict()`` gathers every rank's ``Loader.state_dict()`` (``all_gather_object``: a
+  collective, so every rank calls it, as ``dcp.save`` and ``dcp.load`` do) and returns
+  ``{"streambuf_states": <JSON text of the list>}``: one value, the same on every rank.
+* ``load_state_dict()`` hands the list to ``Loader.load_state_dict``: at the same world
+  size and ``num_workers`` each rank resumes its own state exactly; at another, every
+  remaining sample of the epoch is delivered once over the new ranks (elastic).
+
+Without an initialised process group (one process, or loading a multi-rank checkpoint
+in a single process) the list is this process's state alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .loader import Loader
+
+__all__ = ["DistributedState"]
+
+KEY = "streambuf_states"
+
+
+def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``state`` in rank order (this one alone without a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [state]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, state)
+    return out
+
+
+class DistributedState:
+    """Wraps ``loader`` for ``torch.distributed.checkpoint`` (see the module docstring).
+
+    Example::
+
+        import torch.distributed.checkpoint as dcp
+        dcp.save({"model": model_state, "loader": sb.DistributedState(loader)},
+                 checkpoint_id=path)
+        ...
+        dcp.load({"model": model_state, "loader": sb.DistributedState(loader)},
+                 checkpoint_id=path)   # then iterate the loader: it resumes
+
+    The wrapper holds no state of its own: make one whenever it is needed.
+    """
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+
+    def state_dict(self) -> dict[str, Any]:
+        """All ranks' states as JSON text (a collective: call it on every rank)."""
+        return {KEY: json.dumps(_gather(self.loader.state_dict()), separators=(",", ":"))}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume ``loader`` from all ranks' states (see ``Loader.load_state_dict``).
+
+        Raises:
+            ValueError: not a ``DistributedState`` value, or what ``Loader.load_state_dict``
+                refuses.
+        """
+        text = state_dict.get(KEY) if isinstance(state_dict, dict) else None
+        if not isinstance(text, str):
+            raise ValueError(
+                f"DistributedState.load_state_dict() needs the dict its state_dict() made "
+                f"(a {KEY!r} string); got {type(state_dict).__name__}"
+                + (f" with keys {sorted(state_dict)[:5]}" if isinstance(state_dict, dict) else "")
+            )
+        try:
+            states = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"DistributedState: {KEY!r} is not the JSON it wrote: {exc}") from None
+        self.loader.load_state_dict(states)

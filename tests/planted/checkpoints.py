@@ -1,0 +1,49 @@
+"""The planted bugs of "drop-in checkpointing" (issue 27): the state digest and the
+``torch.distributed.checkpoint`` wrapper. Each must make the tests named beside it fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+DCP = "tests/test_dcp.py"
+
+_m = planted("checkpoints")
+
+MUTANTS = [
+    _m(
+        "state digest: a state assembled from two ranks' fields is loaded",
+        "streambuf/_state.py",
+        '    if "digest" in state and state["digest"] != digest(state):',
+        '    if False and "digest" in state and state["digest"] != digest(state):',
+        f"{DCP}::test_state_assembled_from_two_ranks_is_refused",
+    ),
+    _m(
+        "state digest: a rank-specific field is left out of it",
+        "streambuf/_state.py",
+        '    body = {k: v for k, v in state.items() if k not in ("names", "digest")}',
+        '    body = {k: v for k, v in state.items() if k not in ("names", "digest", "workers")}',
+        f"{DCP}::test_state_assembled_from_two_ranks_is_refused",
+    ),
+    _m(
+        "Pipeline.load_state_dict: the loaded state is not used (a StatefulDataLoader "
+        "resumes from the epoch's start)",
+        "streambuf/pipeline.py",
+        "        self._resume = _state.check_loadable(self, state)",
+        "        _state.check_loadable(self, state)",
+        "tests/test_stateful_dataloader.py",
+    ),
+    _m(
+        "DistributedState: saves this rank's state only (not gathered)",
+        "streambuf/checkpointing.py",
+        "    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:",
+        "    if True:",
+        f"{DCP}::test_dcp_round_trip_on_two_gloo_ranks_exact_then_elastic",
+    ),
+    _m(
+        "sizing: the package's nbytes pickles by value (a registered lambda breaks spawn)",
+        "streambuf/sizing.py",
+        '        if self is nbytes:\n            return "nbytes"',
+        '        if False:\n            return "nbytes"',
+        "tests/test_sizing.py::test_register_custom_type_and_subclass",
+    ),
+]

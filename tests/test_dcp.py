@@ -1,0 +1,156 @@
+"""torch.distributed.checkpoint (DCP) round trips of a Loader on real gloo ranks: 2 ranks
+save mid-epoch through ``DistributedState``; 2 ranks load and finish exactly as the
+uninterrupted run; one process loads the same checkpoint and finishes the epoch with
+every sample once (elastic)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import socket
+from pathlib import Path
+
+import pytest
+
+import streambuf as sb
+from tests.pipeline_data import all_samples
+from tests.resume_data import N_SHARDS, plain_loader
+from tests.resume_harness import counted_once, ids_of
+
+pytestmark = pytest.mark.timeout(240)
+
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+
+STOP = 2  # batches each rank takes before the checkpoint
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank(rank: int, world: int, port: int, path: str, mode: str, out) -> None:
+    try:
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
+        try:
+            loader = plain_loader(workers=2)  # rank and world from torch.distributed
+            if mode == "naive-save":  # the loader itself under one key: per-rank values
+                for i, _ in enumerate(loader):
+                    if i == STOP - 1:
+                        dcp.save({"loader": loader}, checkpoint_id=path)
+                out.put((rank, [], None))
+            elif mode == "naive-load":
+                try:
+                    dcp.load({"loader": loader}, checkpoint_id=path)
+                    out.put((rank, ["loaded"], None))
+                except BaseException as exc:  # DCP raises CheckpointException, a BaseException
+                    out.put((rank, [f"{type(exc).__name__}: {exc}"], None))
+            elif mode == "save":
+                ids, whole = [], []
+                for i, batch in enumerate(loader):
+                    (ids if i < STOP else whole).append(ids_of(batch))
+                    if i == STOP - 1:  # STOP batches received: the state says so
+                        dcp.save({"loader": sb.DistributedState(loader)}, checkpoint_id=path)
+                out.put((rank, ids, whole))  # whole: the uninterrupted run's rest
+            else:
+                dcp.load({"loader": sb.DistributedState(loader)}, checkpoint_id=path)
+                out.put((rank, [ids_of(b) for b in loader], None))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:  # report instead of leaving the parent waiting
+        out.put((rank, repr(exc), None))
+        raise
+
+
+def _run(world: int, path: Path, mode: str) -> list[tuple]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_rank, args=(r, world, port, str(path), mode, out)) for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        results = sorted((out.get(timeout=180) for _ in procs), key=lambda r: r[0])
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert all(isinstance(r[1], list) for r in results), results
+    assert all(p.exitcode == 0 for p in procs)
+    return results
+
+
+def test_dcp_round_trip_on_two_gloo_ranks_exact_then_elastic(tmp_path: Path) -> None:
+    """Saved by 2 ranks mid-epoch (the save is taken after STOP batches, while the
+    loaders run on); loaded by 2 ranks: each rank's rest equals its uninterrupted rest,
+    batch for batch. Loaded by one process: the epoch's remaining samples exactly once."""
+    saved = _run(2, tmp_path / "ckpt", "save")
+    resumed = _run(2, tmp_path / "ckpt", "load")
+    first = [x for _, ids, _ in saved for b in ids for x in b]
+    for (rank, _, whole), (_, rest, _) in zip(saved, resumed):
+        assert rest == whole, f"rank {rank}: the resumed rest differs from the uninterrupted one"
+        assert rest, "the checkpoint was taken mid-epoch"
+    counted_once(
+        first + [x for _, rest, _ in resumed for b in rest for x in b], all_samples(N_SHARDS)
+    )
+
+    # elastic: one process (no process group) loads the 2 ranks' checkpoint
+    loader = plain_loader(workers=2)
+    dcp.load({"loader": sb.DistributedState(loader)}, checkpoint_id=str(tmp_path / "ckpt"))
+    rest = [x for b in loader for x in ids_of(b)]
+    counted_once(first + rest, all_samples(N_SHARDS))
+
+
+def test_distributed_state_alone_and_bad_values() -> None:
+    """Without a process group the value holds this process's state; a wrong value is
+    refused with a message naming what was expected."""
+    loader = plain_loader(workers=0)
+    it = iter(loader)
+    first = [x for _ in range(STOP) for x in ids_of(next(it))]
+    value = sb.DistributedState(loader).state_dict()
+    del it
+    again = plain_loader(workers=0)
+    sb.DistributedState(again).load_state_dict(value)
+    counted_once(first + [x for b in again for x in ids_of(b)], all_samples(N_SHARDS))
+    with pytest.raises(ValueError, match="streambuf_states"):
+        sb.DistributedState(again).load_state_dict(loader.state_dict())
+    with pytest.raises(ValueError, match="not the JSON"):
+        sb.DistributedState(again).load_state_dict({"streambuf_states": "{"})
+
+
+def test_loader_itself_under_dcp_is_refused_not_mixed(tmp_path: Path) -> None:
+    """``dcp.save({"loader": loader})`` on 2 ranks: DCP keeps one copy of each leaf of
+    the per-rank states; loading it back into fresh loaders, no rank resumes silently:
+    DCP itself refuses the fresh loader's template (its ``workers`` leaves differ from
+    the saved ones), and a state assembled from both ranks fails its digest (the test
+    below)."""
+    _run(2, tmp_path / "naive", "naive-save")
+    got = [msgs[0] for _, msgs, _ in _run(2, tmp_path / "naive", "naive-load")]
+    assert all(m != "loaded" for m in got), got
+    assert all("Missing key" in m or "DistributedState" in m for m in got), got
+
+
+def test_state_assembled_from_two_ranks_is_refused() -> None:
+    """The class of fault behind the DCP pitfall, in process: fields of rank 0's state
+    with rank 1's worker snapshots (or any edited field) fail the digest."""
+    from tests.resume_harness import save_after
+
+    states = [
+        save_after(plain_loader, {"workers": 2, "rank": r, "world": 2}, STOP)[1] for r in range(2)
+    ]
+    mixed = {**states[0], "workers": states[1]["workers"]}
+    loader = plain_loader(workers=2, rank=0, world=2)
+    with pytest.raises(ValueError, match="DistributedState"):
+        loader.load_state_dict(mixed)
+    with pytest.raises(ValueError, match="digest"):
+        loader.load_state_dict({**states[0], "next_worker": 1 - states[0]["next_worker"]})
+    loader.load_state_dict(states[0])  # the state as saved loads
+    old = {k: v for k, v in states[0].items() if k != "digest"}
+    plain_loader(workers=2, rank=0, world=2).load_state_dict(old)  # saved before digests
