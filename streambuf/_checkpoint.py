@@ -130,15 +130,20 @@ class RunTracker:
         return self._state(self._epoch)
 
     def _state(self, epoch: int) -> dict[str, Any]:
+        """This rank's state, with its digest (``_state.digest``: a Loader's state may be
+        saved by a checkpointer that assembles values; a pipeline's own, taken per
+        batch by a StatefulDataLoader or per item by the nodes, goes without)."""
         rank, world = self._rank_world or (0, 1)
-        return _state.run_state(
-            self.pipe,
-            epoch=epoch,
-            rank=rank,
-            world_size=world,
-            num_workers=self.num_workers,
-            in_order=self.in_order,
-            workers=self._snaps,
-            next_worker=self._next,
-            before=self._before,
+        return _state.with_digest(
+            _state.run_state(
+                self.pipe,
+                epoch=epoch,
+                rank=rank,
+                world_size=world,
+                num_workers=self.num_workers,
+                in_order=self.in_order,
+                workers=self._snaps,
+                next_worker=self._next,
+                before=self._before,
+            )
         )

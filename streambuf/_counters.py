@@ -108,7 +108,8 @@ class ThreadStats:
     max_threads: int
 
 
-THREAD_COUNTS = ("threads", "running", "changes")
+# threads now, workers running, changes; thread-ns and running-ns: the mean count (report)
+THREAD_COUNTS = ("threads", "running", "changes", "thread_ns", "run_ns")
 
 
 @dataclass(frozen=True)

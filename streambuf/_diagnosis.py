@@ -3,9 +3,10 @@ and ``render`` (``Loader.report()``, ``Pipeline.report()``), from ``StageStats``
 
 The rule, in order:
 
-1. **The consumer**: the training loop waited for data less than ``CONSUMER_WAIT`` of
-   its time (a Loader's ``wait_fraction``): batches were ready; the data is not what
-   limits it.
+1. **The consumer**: after start-up, the training loop waited for data less than
+   ``CONSUMER_WAIT`` of its time (a Loader's ``steady_wait_fraction``): batches were
+   ready; the data is not what limits it. Without workers (``workers == 0``) the
+   ``downstream`` link *is* the loop: named "consumer" when it costs most.
 2. Otherwise each link gets a **cost**, the seconds it kept its thread busy: a stage's
    own time in the chain; for a threaded ``map`` its function's wall time divided by
    its threads (its chain time is only the wait for its results, which is someone
@@ -45,6 +46,8 @@ class Diagnosis:
 def _cost(s: StageStats, threads: int) -> float:
     if s.fn_calls:  # a threaded map: its function's time over its threads
         return s.fn_s / max(1, threads)
+    if s.stage == "prefetch":  # its own time is the wait for its lanes: someone else's
+        return 0.0
     return s.own_s
 
 
@@ -74,6 +77,13 @@ def diagnose(
     per = s.fn_s / s.fn_calls if s.fn_calls else s.own_per_item_s
     what = f"{per * 1e3:.2f} ms per item" + (f" on {n} threads" if s.fn_calls else "")
     more_workers = f"more workers (num_workers={workers + 1 if workers else 'N'}+)"
+    if s.stage == "downstream" and not workers:  # no workers: downstream is the loop
+        return Diagnosis(
+            "consumer",
+            f"the loop's own time between batches ({s.own_s:.1f} s) is the largest",
+            "the training step, not the data, limits throughput (with num_workers=0 the "
+            "data is read in the loop's process: num_workers > 0 overlaps the two)",
+        )
     if s.stage == "downstream":
         return Diagnosis(
             s.stage,
@@ -89,7 +99,9 @@ def diagnose(
             advice = f"{more_workers}; make the source cheaper (expand=/reader=)"
         return Diagnosis(s.stage, f"{what} reading", advice)
     if s.fn_calls:
-        cpu = s.fn_cpu_s / s.fn_s if s.fn_s else 0.0
+        # CPU per second of the stage's parallel time (its wall over its threads): a
+        # call's wall time includes waiting for the GIL and a core, not only for I/O
+        cpu = min(1.0, s.fn_cpu_s / (s.fn_s / max(1, n))) if s.fn_s else 0.0
         if cpu < WAITS:
             return Diagnosis(
                 s.stage,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._ledger import Ledger, Rec
-from ._meter import FLUSH, SOURCE
+from ._meter import FLUSH, FLUSH_NS, SOURCE
 from .stages import Batch, Env
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class Iteration:
         self._source: Any = None  # the source's run (cursor, unissued, partial)
         self._env: Env | None = None
         self._batched = any(isinstance(s, Batch) for s in pipe._stages)
+        self.metered = True  # counted in the pipeline's StageMeter (a mix's parts are not)
 
     @property
     def done(self) -> bool:
@@ -97,7 +98,7 @@ class Iteration:
 
     def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
         ctx = self.ctx
-        meter = getattr(self.pipe, "_meter", None)
+        meter = getattr(self.pipe, "_meter", None) if self.metered else None
         env = Env(
             ledger=self.ledger,
             base_seed=self.pipe.seed,
@@ -129,10 +130,11 @@ class Iteration:
         resume = self.resume
         if resume is not None and self.done:
             return  # the saved state had delivered everything
-        meter = getattr(self.pipe, "_meter", None)
+        meter = getattr(self.pipe, "_meter", None) if self.metered else None
         down = meter.downstream(self.ctx.worker) if meter is not None else None
         clock = time.perf_counter_ns
         ns = n = 0
+        last = clock()
         inner = self._records(settle, resume)
         try:
             for rec in inner:
@@ -141,9 +143,10 @@ class Iteration:
                 if down is not None:  # handing it on: the transport, credits, the consumer
                     ns += clock() - t
                     n += 1
-                    if n >= FLUSH:
+                    if n >= FLUSH or t - last >= FLUSH_NS:
                         down(ns, n)
                         ns = n = 0
+                        last = t
         finally:
             inner.close()
             if down is not None and n:

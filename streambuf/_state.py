@@ -150,7 +150,7 @@ def run_state(
         )
         for w, snap in enumerate(workers)
     )
-    state = {
+    return {
         "version": VERSION,
         "kind": KIND,
         "epoch": epoch,
@@ -169,17 +169,40 @@ def run_state(
         "complete": complete,
         "before": before.to_data() if before is not None else None,
     }
-    state["digest"] = digest(state)
+
+
+def with_digest(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with its ``digest`` (none when a user stage's state has no stable
+    form to hash: such a state loads unchecked, as before digests)."""
+    d = digest(state)
+    if d is not None:
+        state["digest"] = d
     return state
 
 
-def digest(state: dict[str, Any]) -> str:
+def _canonical(v: Any) -> Any:
+    """``v`` as JSON would bring it back: dict keys as text, sorted; tuples as lists;
+    what JSON cannot hold by its ``repr`` (a user stage's state)."""
+    if isinstance(v, dict):
+        return [[str(k), _canonical(x)] for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))]
+    if isinstance(v, list | tuple):
+        return [_canonical(x) for x in v]
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    return repr(v)
+
+
+def digest(state: dict[str, Any]) -> str | None:
     """A hash of what one rank's state says (every field but ``names``, the same on
-    every rank, and the digest itself). A state whose fields came from several states
-    (a checkpointer that keeps one copy of each leaf saved under one key by several
-    ranks, as ``torch.distributed.checkpoint`` does) or were edited no longer matches."""
+    every rank, and the digest itself), stable through JSON and pickle round trips. A
+    state whose fields came from several states (a checkpointer that keeps one copy of
+    each leaf saved under one key by several ranks, as ``torch.distributed.checkpoint``
+    does) or were edited no longer matches. None when the state cannot be hashed."""
     body = {k: v for k, v in state.items() if k not in ("names", "digest")}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    try:
+        text = json.dumps(_canonical(body), separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return None
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -224,7 +247,7 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
             f"shuffling, equalize or mixed sources differ: saved {state['fingerprint']!r}, "
             f"this one {shape(pipe)!r}); resume with the same pipeline"
         )
-    if "digest" in state and state["digest"] != digest(state):
+    if "digest" in state and digest(state) not in (state["digest"], None):
         raise ValueError(
             f"{path} does not match its digest: its fields were changed or assembled from "
             "several states. torch.distributed.checkpoint keeps one copy of a value that "

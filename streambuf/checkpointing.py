@@ -32,15 +32,23 @@ __all__ = ["DistributedState"]
 KEY = "streambuf_states"
 
 
-def _gather(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's ``state`` in rank order (this one alone without a process group)."""
+def _gather(state: dict[str, Any], group: Any) -> list[dict[str, Any]]:
+    """Every rank's ``state`` (this one alone without a process group), one per data
+    rank: ranks that hold the same data rank (tensor or pipeline parallelism within a
+    data-parallel replica) gave the same state; the first of each is kept."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not (dist.is_available() and dist.is_initialized()):
         return [state]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, state)
-    return out
+    if dist.get_world_size(group) == 1:
+        return [state]
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, state, group=group)
+    seen: dict[Any, dict[str, Any]] = {}
+    for s in out:  # (their pending lists may differ with thread timing: either is exact)
+        layout = s.get("layout") if isinstance(s, dict) else None
+        seen.setdefault(layout.get("rank") if isinstance(layout, dict) else id(s), s)
+    return list(seen.values())
 
 
 class DistributedState:
@@ -56,14 +64,21 @@ class DistributedState:
                  checkpoint_id=path)   # then iterate the loader: it resumes
 
     The wrapper holds no state of its own: make one whenever it is needed.
+    ``group``: gather over this process group (the data-parallel one under tensor or
+    pipeline parallelism; ranks holding the same data rank give one state, kept once).
     """
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Loader, *, group: Any = None) -> None:
         self.loader = loader
+        self.group = group  # the process group to gather over (None: the default group)
 
     def state_dict(self) -> dict[str, Any]:
-        """All ranks' states as JSON text (a collective: call it on every rank)."""
-        return {KEY: json.dumps(_gather(self.loader.state_dict()), separators=(",", ":"))}
+        """All ranks' states as JSON text. A collective over ``group``: every rank of it
+        calls it (``dcp.save``/``dcp.load`` do; called on one rank alone, it waits for
+        the others forever, as any collective does). With NCCL, set the CUDA device first
+        (``all_gather_object``'s rule)."""
+        states = _gather(self.loader.state_dict(), self.group)
+        return {KEY: json.dumps(states, separators=(",", ":"))}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume ``loader`` from all ranks' states (see ``Loader.load_state_dict``).

@@ -188,7 +188,7 @@ class Loader:
         self._iter_start = time.monotonic()
         self._iter_batches = 0
         self._iter_wait = 0.0
-        self._iter_first = self._iter_last = self._iter_first_wait = self._iter_starved = 0.0
+        self._iter_first = self._iter_last = self._iter_first_wait = 0.0
         self._last_log = time.monotonic()
         self._budget: CreditBudget | None = None
         self._dl: DataLoader[Any] | None = None
@@ -291,7 +291,7 @@ class Loader:
         self._iter_start = time.monotonic()
         self._iter_batches = 0
         self._iter_wait = 0.0
-        self._iter_first = self._iter_last = self._iter_first_wait = self._iter_starved = 0.0
+        self._iter_first = self._iter_last = self._iter_first_wait = 0.0
         rank, world = self._rank_world()
         plan = self._tracker.start(epoch=self.epoch, rank=rank, world_size=world)
         self._epoch = plan.epoch
@@ -463,17 +463,15 @@ class Loader:
                 depth = self.tuner.update()
                 if depth is not None:
                     budget.set_limits(max_batches=depth)
-            self._account(t0, waited, item.nbytes, starved=empty)
+            self._account(t0, waited, item.nbytes)
             yield item.batch
 
-    def _account(self, t0: float, waited: float, size: int, *, starved: bool = True) -> None:
+    def _account(self, t0: float, waited: float, size: int) -> None:
         self._wait_s += waited
         self._iter_wait += waited
-        if starved:  # no finished batch was waiting (not: one was in transit)
-            self._iter_starved += waited
         now = time.monotonic()
         if self._iter_batches < max(1, self.num_workers):  # start-up: each worker's first
-            self._iter_first, self._iter_first_wait = now, self._iter_starved
+            self._iter_first, self._iter_first_wait = now, self._iter_wait
         self._iter_last = now
         if self.log_every_s is not None and t0 - self._last_log >= self.log_every_s:
             self._last_log = t0
@@ -501,7 +499,7 @@ class Loader:
             elapsed_s=elapsed,
             batches_per_s=self._iter_batches / elapsed,
             wait_fraction=self._iter_wait / elapsed,
-            steady_wait_fraction=(self._iter_starved - self._iter_first_wait)
+            steady_wait_fraction=(self._iter_wait - self._iter_first_wait)
             / max(1e-9, self._iter_last - self._iter_first)
             if self._iter_batches > max(1, self.num_workers)
             else float("nan"),

@@ -199,7 +199,9 @@ class MixRun:
         ctx = self.ctx
         if self.restarts[k]:  # a new pass over source k: another shard order
             ctx = replace(ctx, epoch=ctx.epoch * 1_000_003 + self.restarts[k])
-        return self.spec.pipelines[k]._iterate(ctx, stage_bytes=self.share, resume=snapshot)
+        it = self.spec.pipelines[k]._iterate(ctx, stage_bytes=self.share, resume=snapshot)
+        it.metered = False  # its time is the mix source's (the outer pipeline's report)
+        return it
 
     def _pick(self) -> int | None:
         live = [k for k, d in enumerate(self.done) if not d]

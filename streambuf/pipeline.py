@@ -298,16 +298,16 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
 
     def _stage_threads(self) -> list[int]:
         """Threads per link (source, stages, downstream) as the diagnosis counts them:
-        a threaded map's per worker (``"auto"``: the mean now), else 1."""
+        a threaded map's per worker (``"auto"``: the mean over its runs so far), else 1."""
         out = [1]
         for stage in self._stages:
             n = 1
             if isinstance(stage, Map) and stage.threaded:
                 n, auto = parse_threads(stage.threads, stage.max_threads)
-                ts = stage.thread_stats() if auto else None
-                if ts is not None:
-                    n = max(1, round(ts.threads / ts.running)) if ts.running else START_THREADS
-            out.append(n)
+                if auto and stage.counters is not None:  # the mean count over its runs
+                    c = stage.counters.totals()
+                    n = round(c["thread_ns"] / c["run_ns"]) if c["run_ns"] else START_THREADS
+            out.append(max(1, n))
         return [*out, 1]
 
     def report(self, *, wait_fraction: float | None = None, workers: int = 0) -> str:

@@ -26,6 +26,7 @@ iterable.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -222,17 +223,22 @@ def _thread_gauge(counters: SharedCounters | None) -> Callable[[int], None] | No
         return None
     worker = current_worker()[0]
     shown = [0]
+    since = [time.perf_counter_ns()]
 
     def show(count: int) -> None:
+        now = time.perf_counter_ns()
+        dt = now - since[0] if shown[0] > 0 else 0
         counters.add(
             worker,
             {
                 "threads": count - shown[0],
                 "running": (count > 0) - (shown[0] > 0),
                 "changes": int(shown[0] > 0 and count > 0),
+                "thread_ns": shown[0] * dt,  # the count held since the last change
+                "run_ns": dt,
             },
         )
-        shown[0] = count
+        shown[0], since[0] = count, now
 
     return show
 

@@ -73,9 +73,9 @@ class LoaderStats:
         wait_fraction: share of the current iteration's time spent waiting for data.
         steady_wait_fraction: share of the time after start-up (from the
             ``num_workers``-th batch, the last worker's first, to the latest; NaN until
-            then) the loop waited with no finished batch ready (a batch in transit is
-            not starvation): below 5%, batches were ready and the consumer is the
-            bottleneck (``loader.report()``).
+            then) the loop spent waiting for batches, for any reason (the worker due
+            was behind, the transport): below 5%, batches were ready and the consumer is
+            the bottleneck (``loader.report()``).
         empty_gets: times the loop asked while no finished batch was waiting (starved).
         depth: batches allowed in flight now (the tuner's choice, or max_batches).
         occupancy: batches in flight / depth, now.

@@ -49,7 +49,14 @@ def slow_decode(data: bytes) -> int:
 
 def _run(pipe: sb.Pipeline, *, pause_s: float = 0.0) -> sb.Loader:
     SPENT.value = 0
-    loader = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="16MiB", timeout_s=60)
+    loader = sb.Loader(  # fork: the workers add to SPENT, made in this process
+        pipe,
+        num_workers=2,
+        max_batches=4,
+        max_bytes="16MiB",
+        timeout_s=60,
+        multiprocessing_context="fork",
+    )
     for _ in loader:
         if pause_s:
             time.sleep(pause_s)
@@ -72,7 +79,7 @@ def test_slow_map_is_named_and_timed() -> None:
     line = _bottleneck(loader)
     assert line.startswith("bottleneck: map(slow):"), loader.report()
     own = _stage(loader, "map(slow)").own_s
-    assert own == pytest.approx(SPENT.value / 1e9, rel=0.1)
+    assert own == pytest.approx(SPENT.value / 1e9, rel=0.1, abs=0.03)
     assert _stage(loader, "map(slow)").items == 96
     assert _stage(loader, "batch").items == 12 and _stage(loader, "downstream").items == 12
 
@@ -82,7 +89,7 @@ def test_slow_source_is_named_and_timed() -> None:
     loader = _run(pipe)
     assert _bottleneck(loader).startswith("bottleneck: source (expand slow_expand):")
     own = _stage(loader, "source (expand slow_expand)").own_s
-    assert own == pytest.approx(SPENT.value / 1e9, rel=0.1)
+    assert own == pytest.approx(SPENT.value / 1e9, rel=0.1, abs=0.03)
 
 
 def test_slow_threaded_map_function_is_timed_on_its_threads() -> None:
@@ -92,7 +99,7 @@ def test_slow_threaded_map_function_is_timed_on_its_threads() -> None:
     line = _bottleneck(loader)
     assert line.startswith("bottleneck: map(slow):") and "threads" in line, loader.report()
     s = _stage(loader, "map(slow)")
-    assert s.fn_calls == 96 and s.fn_s == pytest.approx(SPENT.value / 1e9, rel=0.1)
+    assert s.fn_calls == 96 and s.fn_s == pytest.approx(SPENT.value / 1e9, rel=0.1, abs=0.03)
     assert s.fn_cpu_s < 0.5 * s.fn_s  # a sleep waits
 
 
@@ -102,7 +109,9 @@ def test_slow_decode_of_tar_shards_is_named(tmp_path: Path) -> None:
     pipe = sb.shards(urls).decode({"bin": slow_decode}).batch(4)
     loader = _run(pipe)
     assert _bottleneck(loader).startswith("bottleneck: map(decode):"), loader.report()
-    assert _stage(loader, "map(decode)").own_s == pytest.approx(SPENT.value / 1e9, rel=0.1)
+    assert _stage(loader, "map(decode)").own_s == pytest.approx(
+        SPENT.value / 1e9, rel=0.1, abs=0.03
+    )
 
 
 def test_slow_reads_over_http_name_the_source(tmp_path: Path) -> None:
@@ -117,11 +126,11 @@ def test_slow_reads_over_http_name_the_source(tmp_path: Path) -> None:
 
 
 def test_slow_consumer_is_named() -> None:
-    loader = _run(sb.Pipeline(list(range(64))).map(abs).batch(8), pause_s=0.05)
+    loader = _run(sb.Pipeline(list(range(64))).map(abs).batch(8), pause_s=0.15)
     line = _bottleneck(loader)
     assert line.startswith("bottleneck: consumer:") and "ready" in line, loader.report()
-    # the workers waited to hand batches on while the loop slept (8 x 50 ms)
-    assert _stage(loader, "downstream").own_s > 0.2, loader.report()
+    # the workers waited to hand batches on while the loop slept (8 x 150 ms)
+    assert _stage(loader, "downstream").own_s > 0.5, loader.report()
 
 
 def test_diagnosis_rules_on_numbers() -> None:
@@ -135,3 +144,27 @@ def test_diagnosis_rules_on_numbers() -> None:
     found = diagnose([a, b, c], threads=[1, 2, 1])  # 4 s: computing
     assert found is not None and found.stage == "map(f)" and "computes" in found.advice
     assert diagnose([sb.StageStats("source (items)", 0, 0.0, 0.0)]) is None
+
+
+def test_without_workers_the_loop_is_the_consumer() -> None:
+    """num_workers=0: downstream is the loop itself; a slow loop is named the consumer."""
+    loader = sb.Loader(
+        sb.Pipeline(list(range(32))).batch(4), num_workers=0, max_batches=1, max_bytes="1MiB"
+    )
+    for _ in loader:
+        time.sleep(0.03)
+    assert _bottleneck(loader).startswith("bottleneck: consumer:"), loader.report()
+    found = diagnose(loader.stats().stages, workers=0)
+    assert found is not None and "num_workers > 0" in found.advice
+
+
+def test_a_gil_bound_threaded_map_is_said_to_compute() -> None:
+    """Wall time per call includes waiting for the GIL: CPU is compared with the stage's
+    parallel time (its function's wall over its threads), so 8 threads of pure Python
+    are 'computing', not 'waiting'."""
+    s = sb.StageStats("map(f)", 800, 1.0, 0.001, fn_s=8.0, fn_cpu_s=0.95, fn_calls=800)
+    found = diagnose([s], threads=[8])
+    assert found is not None and "computes" in found.advice, found
+    s = sb.StageStats("map(g)", 800, 1.0, 0.001, fn_s=8.0, fn_cpu_s=0.05, fn_calls=800)
+    found = diagnose([s], threads=[8])
+    assert found is not None and "waits" in found.advice, found
