@@ -34,7 +34,7 @@ from .prefetch import ThreadPrefetcher, prefetch
 from .resources import Limits, Recommendation, read_limits, recommend
 from .sizing import nbytes
 from .sources.pipe import shards
-from .stats import LoaderStats
+from .stats import LoaderStats, StatsLog, log_every
 from .window import Window
 
 __version__ = "0.1.0"
@@ -61,6 +61,7 @@ __all__ = [
     "StageError",
     "StageState",
     "StageStats",
+    "StatsLog",
     "StreambufError",
     "ThreadPrefetcher",
     "ThreadStats",
@@ -70,6 +71,7 @@ __all__ = [
     "Window",
     "WorkerContext",
     "WorkerError",
+    "log_every",
     "mix",
     "mix_stats",
     "nbytes",

@@ -15,6 +15,11 @@ The rule, in order:
    side), the source (reading: lanes or workers), a threaded map (waits: more threads;
    computes: more workers or a cheaper function), any other stage (it runs in the
    worker's thread: more workers, or threads if it waits).
+
+"Waits" vs "computes": CPU time below ``WAITS`` of the time it is compared with (a
+threaded map's function: its parallel time, wall over threads, since a call's wall time
+includes waiting for the GIL and a core; any other link: its own time less the time its
+thread waited for a core, CPU sampled).
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ def diagnose(
             f"{wait_fraction:.1%})",
             "the training step, not the data, limits throughput: nothing to gain here",
         )
-    counts = list(threads) if threads is not None else [1] * len(stages)
+    counts = list(threads) if threads is not None else [s.threads for s in stages]
     costs = [_cost(s, counts[i] if i < len(counts) else 1) for i, s in enumerate(stages)]
     if not stages or max(costs) <= 0:
         return None
@@ -92,46 +97,79 @@ def diagnose(
             "transport is slow: raise max_batches / max_bytes (adaptive=True finds the "
             "depth), or pin_memory=False for large batches",
         )
-    if s.stage.startswith("source"):
-        if "tar" in s.stage or "video" in s.stage:
-            advice = f"read more at once: more lanes (lanes=, or 'auto'), or {more_workers}"
-        else:
-            advice = f"{more_workers}; make the source cheaper (expand=/reader=)"
-        return Diagnosis(s.stage, f"{what} reading", advice)
     if s.fn_calls:
         # CPU per second of the stage's parallel time (its wall over its threads): a
         # call's wall time includes waiting for the GIL and a core, not only for I/O
         cpu = min(1.0, s.fn_cpu_s / (s.fn_s / max(1, n))) if s.fn_s else 0.0
-        if cpu < WAITS:
+    else:
+        ran = s.own_s - s.core_wait_s  # (waiting for a busy machine's cores is not I/O)
+        cpu = min(1.0, s.cpu_s / ran) if ran > 0 else 0.0
+    waits = cpu < WAITS
+    how = f"waiting {1 - cpu:.0%} of it (CPU {cpu:.0%})" if waits else f"computing (CPU {cpu:.0%})"
+    if s.stage.startswith("source"):
+        if waits and ("tar" in s.stage or "video" in s.stage or n > 1):
+            advice = (
+                f"it waits: read more at once: more lanes (lanes=, or 'auto'), or {more_workers}"
+            )
+        elif waits:
+            advice = f"it waits: {more_workers}; make the source cheaper (expand=/reader=)"
+        else:
+            advice = f"it computes: {more_workers}, or make the source cheaper"
+        return Diagnosis(s.stage, f"{what} reading, {how}", advice)
+    if s.fn_calls:
+        if waits:
             return Diagnosis(
                 s.stage,
-                f"{what}, waiting {1 - cpu:.0%} of it (CPU {cpu:.0%})",
+                f"{what}, {how}",
                 "it waits (I/O, a remote call): raise threads= (or threads='auto')",
             )
         return Diagnosis(
             s.stage,
-            f"{what}, computing (CPU {cpu:.0%} of its time)",
+            f"{what}, {how}",
             f"it computes: {more_workers}, or make the function cheaper",
+        )
+    if waits:
+        return Diagnosis(
+            s.stage,
+            f"{what} in the worker's pipeline thread, {how}",
+            f"it waits: give it threads (map(fn, threads='auto')), or {more_workers}",
         )
     return Diagnosis(
         s.stage,
-        f"{what} in the worker's pipeline thread",
-        f"{more_workers}; if it waits on I/O, give it threads (map(fn, threads='auto'))",
+        f"{what} in the worker's pipeline thread, {how}",
+        f"it computes: {more_workers}, or make it cheaper",
     )
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
 
 
 def render(stages: Sequence[StageStats], diagnosis: Diagnosis | None) -> str:
     """A table in the order data flows, then the conclusion."""
+    found = str(diagnosis) if diagnosis is not None else "bottleneck: nothing measured yet"
+    return render_table(stages) + "\n\n" + found
+
+
+def render_table(stages: Sequence[StageStats]) -> str:
+    """The stages as a table in the order data flows."""
     lines = [
-        "| stage | items | own s | per item ms | share | fn wall s | fn CPU s |",
-        "|---|---|---|---|---|---|---|",
+        "| stage | threads | items | own s | CPU s | core wait s | per item ms | share "
+        "| held now, peak | fn wall s | fn CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in stages:
         fn = f"{s.fn_s:.2f} | {s.fn_cpu_s:.2f}" if s.fn_calls else "- | -"
+        held = f"{s.held_items} ({_size(s.held_bytes)})" if s.held_items else "-"
+        if s.peak_items:
+            held += f", peak {s.peak_items} ({_size(s.peak_bytes)})"
+        cpu = f"{s.cpu_s:.2f} | {s.core_wait_s:.2f}" if s.stage != "downstream" else "- | -"
         lines.append(
-            f"| {s.stage} | {s.items} | {s.own_s:.2f} | {s.own_per_item_s * 1e3:.3f} | "
-            f"{s.share:.0%} | {fn} |"
+            f"| {s.stage} | {s.threads} | {s.items} | {s.own_s:.2f} | {cpu} | "
+            f"{s.own_per_item_s * 1e3:.3f} | {s.share:.0%} | {held} | {fn} |"
         )
-    lines.append("")
-    lines.append(str(diagnosis) if diagnosis is not None else "bottleneck: nothing measured yet")
     return "\n".join(lines)

@@ -110,13 +110,13 @@ class Iteration:
         self._env = env
         it = self._open_source(env, resume)
         if meter is not None:
-            it = meter.wrap(it, SOURCE, ctx.worker)
+            it = meter.wrap(it, SOURCE, ctx.worker, getattr(self._source, "held", None))
         states = (resume or {}).get("stages") or {}
         for k, stage in enumerate(self.pipe._stages):
             stage.set_epoch(ctx.epoch)
             it = stage.open(it, env, k, states.get(str(k)))
             if meter is not None:
-                it = meter.wrap(it, k, ctx.worker)
+                it = meter.wrap(it, k, ctx.worker, env.held.get(k))
         return it if self._batched else _lookahead(it)
 
     # -- delivery -----------------------------------------------------------------------

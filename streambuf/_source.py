@@ -407,6 +407,17 @@ class SourceRun:
         (call under the ledger's lock)."""
         return [list(p) for p in self._pending[self._replayed_n :]]
 
+    def held(self) -> tuple[int, int]:
+        """(items, bytes) the lanes hold now ((0, 0) when read inline)."""
+        runner = self._runner
+        if runner is None:
+            return 0, 0
+        held = getattr(runner.window, "held", None)  # (a Window: reservations included)
+        if held is not None:
+            return held()
+        got = runner.stats()
+        return got.items, got.bytes
+
     def buffer_stats(self) -> Any:
         """The lanes' buffer (``BufferStats``), or None when read inline."""
         runner = self._runner

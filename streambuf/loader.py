@@ -29,7 +29,6 @@ then to the user; its credits are released at that hand-over.
 
 from __future__ import annotations
 
-import logging
 import math
 import multiprocessing
 import time
@@ -62,11 +61,10 @@ from .pipeline import Pipeline
 from .resources import recommend
 from .sharding import current_rank_world
 from .sizing import nbytes
-from .stats import LoaderStats
+from .stats import LoaderStats, StatsLog
 
 __all__ = ["Loader", "LoaderStats"]
 
-log = logging.getLogger("streambuf")
 
 _CONTEXTS = (None, "fork", "spawn", "forkserver")
 
@@ -103,7 +101,11 @@ class Loader:
             byte budget is a hard bound either way. False: depth is ``max_batches``.
         tuner_interval_s: the tuner's decision window.
         memory_reserve_bytes: shrink the depth when less memory than this is available.
-        log_every_s: log a stats line (INFO, logger "streambuf") this often.
+        log: ``streambuf.log_every(seconds, sink)``: hand ``stats()`` to a sink (a
+            callable for TensorBoard scalars or any logger, or a ``logging.Logger``)
+            every ``seconds`` and at each epoch's end.
+        log_every_s: shorthand for ``log=streambuf.log_every(log_every_s)`` (INFO lines,
+            logger "streambuf"); not with ``log``.
         arena: build batches in slots of one shared memory region mapped once in every
             process (``streambuf._arena``; Linux), instead of fresh shared memory per
             batch. A batch you keep keeps its slot until it dies (workers then use
@@ -133,6 +135,7 @@ class Loader:
         memory_reserve_bytes: int | str | None = "1GiB",
         log_every_s: float | None = None,
         arena: bool = True,
+        log: StatsLog | None = None,
     ) -> None:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
@@ -158,6 +161,11 @@ class Loader:
         interval = check_seconds(tuner_interval_s, name="tuner_interval_s")
         reserve = parse_optional_bytes(memory_reserve_bytes, name="memory_reserve_bytes")
         self.log_every_s = check_optional_seconds(log_every_s, name="log_every_s")
+        if log is not None and not isinstance(log, StatsLog):
+            raise TypeError(f"log={log!r} must be streambuf.log_every(seconds, sink) or None")
+        if log is not None and log_every_s is not None:
+            raise ValueError("give log= or log_every_s=, not both (log_every_s=s is log_every(s))")
+        self._log = log if log_every_s is None else StatsLog(log_every_s)
         self.use_arena = check_bool(arena, name="arena")
         min_depth = num_workers if in_order else 1
         if num_workers and self.max_batches < min_depth:
@@ -189,7 +197,6 @@ class Loader:
         self._iter_batches = 0
         self._iter_wait = 0.0
         self._iter_first = self._iter_last = self._iter_first_wait = 0.0
-        self._last_log = time.monotonic()
         self._budget: CreditBudget | None = None
         self._dl: DataLoader[Any] | None = None
         self._dl_iter: Any = None
@@ -426,6 +433,7 @@ class Loader:
                 try:
                     batch = next(batches)
                 except StopIteration:
+                    self._epoch_ended()
                     return
                 self._account(t0, time.monotonic() - t0, nbytes(batch))
                 self._tracker.delivered(0, it.snapshot())
@@ -444,6 +452,7 @@ class Loader:
             try:
                 item = sup.next(it)
             except StopIteration:
+                self._epoch_ended()
                 return
             waited = time.monotonic() - t0
             if isinstance(item, Failure):
@@ -473,12 +482,16 @@ class Loader:
         if self._iter_batches < max(1, self.num_workers):  # start-up: each worker's first
             self._iter_first, self._iter_first_wait = now, self._iter_wait
         self._iter_last = now
-        if self.log_every_s is not None and t0 - self._last_log >= self.log_every_s:
-            self._last_log = t0
-            log.info("streambuf: %s", self.stats().as_dict(flat=True))
         self._batches += 1
         self._iter_batches += 1
         self._bytes += size
+        if self._log is not None and self._log.due(now):
+            self._log.emit(self.stats())
+
+    def _epoch_ended(self) -> None:
+        """The iteration ran to its end: the last figures of the epoch to the log."""
+        if self._log is not None and self._iter_batches:
+            self._log.emit(self.stats())
 
     # -- introspection ----------------------------------------------------------------
     def worker_pids(self) -> list[int]:
@@ -492,6 +505,13 @@ class Loader:
         budget = None if self._budget is None else self._budget.stats()
         depth = budget.max_batches if budget is not None else 1
         decisions = tuple(self.tuner.decisions) if self.tuner is not None else ()
+        steady = (
+            (self._iter_wait - self._iter_first_wait)
+            / max(1e-9, self._iter_last - self._iter_first)
+            if self._iter_batches > max(1, self.num_workers)
+            else None
+        )
+        stages, found = self.pipeline._diagnose(wait_fraction=steady, workers=self.num_workers)
         return LoaderStats(
             batches=self._batches,
             bytes=self._bytes,
@@ -499,10 +519,7 @@ class Loader:
             elapsed_s=elapsed,
             batches_per_s=self._iter_batches / elapsed,
             wait_fraction=self._iter_wait / elapsed,
-            steady_wait_fraction=(self._iter_wait - self._iter_first_wait)
-            / max(1e-9, self._iter_last - self._iter_first)
-            if self._iter_batches > max(1, self.num_workers)
-            else float("nan"),
+            steady_wait_fraction=float("nan") if steady is None else steady,
             empty_gets=self._empty_gets,
             depth=depth,
             occupancy=(budget.in_flight_batches / depth) if budget is not None else 0.0,
@@ -511,7 +528,8 @@ class Loader:
             budget=budget,
             stage_bytes=self.stage_bytes,
             threads=self.pipeline.stats().threads,
-            stages=self.pipeline.stage_stats(),
+            stages=stages,
+            bottleneck="" if found is None else str(found),
         )
 
     def report(self) -> str:
@@ -521,9 +539,7 @@ class Loader:
         (after each worker's first batch, the loop waited less than 5% of the
         current iteration's time: ``stats().steady_wait_fraction``). ``print(loader.report())``
         after some batches, or at the end of an epoch."""
+        steady = self.stats().steady_wait_fraction
         return self.pipeline.report(
-            wait_fraction=self.stats().steady_wait_fraction
-            if self._iter_batches > max(1, self.num_workers)
-            else None,
-            workers=self.num_workers,
+            wait_fraction=None if math.isnan(steady) else steady, workers=self.num_workers
         )

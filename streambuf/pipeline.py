@@ -30,7 +30,7 @@ from torch.utils.data import IterableDataset
 from . import _state
 from ._contracts import Source, SourceReader, WorkerContext
 from ._counters import PipelineStats
-from ._diagnosis import diagnose, render
+from ._diagnosis import Diagnosis, diagnose, render
 from ._iteration import Iteration
 from ._meter import StageMeter, StageStats
 from ._shared import SharedInt
@@ -294,12 +294,14 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         if self._meter is None:  # (benchmarks measure the pipeline without it)
             return ()
         names = [self._source_name(), *(s.name for s in self._stages)]
-        return self._meter.stats(names)
+        got = self._meter.stats(names)
+        return tuple(replace(s, threads=n) for s, n in zip(got, self._stage_threads()))
 
     def _stage_threads(self) -> list[int]:
-        """Threads per link (source, stages, downstream) as the diagnosis counts them:
-        a threaded map's per worker (``"auto"``: the mean over its runs so far), else 1."""
-        out = [1]
+        """Threads per link (source, stages, downstream): the source's lanes, a threaded
+        map's per worker (``"auto"``: the mean over its runs so far), else 1."""
+        lanes = self._src.lanes()
+        out = [max(1, lanes[0]) if lanes else 1]
         for stage in self._stages:
             n = 1
             if isinstance(stage, Map) and stage.threaded:
@@ -314,11 +316,14 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         """Where the time went, per stage (``stage_stats()``) as a table in the order data
         flows, and which stage limits throughput with the one change most likely to help
         (``streambuf._diagnosis``). ``Loader.report()`` adds the consumer's side."""
-        stages = self.stage_stats()
-        found = diagnose(
-            stages, threads=self._stage_threads(), wait_fraction=wait_fraction, workers=workers
-        )
+        stages, found = self._diagnose(wait_fraction=wait_fraction, workers=workers)
         return render(stages, found)
+
+    def _diagnose(
+        self, *, wait_fraction: float | None, workers: int
+    ) -> tuple[tuple[StageStats, ...], Diagnosis | None]:
+        stages = self.stage_stats()
+        return stages, diagnose(stages, wait_fraction=wait_fraction, workers=workers)
 
     def _source_name(self) -> str:
         src = self._src

@@ -172,6 +172,10 @@ class ThreadPrefetcher(Generic[T]):
         chooser_window = 32 if auto else max(4 * self._threads_n, 32)
         self.chooser = InlineChooser(chooser_window) if self._adaptive else None
 
+    def held(self) -> tuple[int, int]:
+        """(items, bytes) in its window now (made or being made)."""
+        return self._window.held()
+
     # -- producers --------------------------------------------------------------------
     def _pull(self) -> tuple[int, int, Any] | object:
         """Next (seq, index, item) for a thread; ``_END`` when the source is exhausted

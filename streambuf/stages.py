@@ -80,7 +80,8 @@ def _fn_name(kind: str, fn: Callable[..., Any]) -> str:
 class Env:
     """What the stages of one iteration share: the ledger (and its lock), the seeds of
     this (epoch, rank, worker, pass), each stage's byte grant, the restored flatten
-    partials, and the snapshot functions of the stages that hold samples."""
+    partials, the snapshot functions of the stages that hold samples, and their probes of
+    what they hold now (``held[k]() -> (items, bytes)``, read by the stage meter)."""
 
     ledger: Ledger = field(default_factory=Ledger)
     base_seed: int = 0
@@ -88,6 +89,7 @@ class Env:
     stage_bytes: int | None = None
     partial: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
     snapshots: dict[int, Callable[[], Any]] = field(default_factory=dict)
+    held: dict[int, Callable[[], tuple[int, int]]] = field(default_factory=dict)  # probes
     meter: Any = None  # the pipeline's StageMeter (streambuf._meter), or None
     worker: int = 0  # this worker's row in the meter
 
@@ -200,7 +202,9 @@ class Map(Stage):
         call = _call(fn, self.name)
         depth = self.max_items if self.max_items is not None else lanes
         mb = self.max_bytes or env.stage_bytes or (256 << 20)
-        return iter(
+        return _probed(
+            env,
+            k,
             ThreadPrefetcher(
                 up,
                 max_items=max(depth, 1 if auto else lanes),
@@ -213,8 +217,14 @@ class Map(Stage):
                 name=self.name,
                 adaptive=self.adaptive,
                 on_threads=_thread_gauge(self.counters) if auto else None,
-            )
+            ),
         )
+
+
+def _probed(env: Env, k: int, pf: ThreadPrefetcher[Rec]) -> Iterator[Rec]:
+    """``pf``'s items, its window registered as what stage ``k`` holds."""
+    env.held[k] = pf.held
+    return iter(pf)
 
 
 def _thread_gauge(counters: SharedCounters | None) -> Callable[[int], None] | None:
@@ -255,14 +265,16 @@ class Prefetch(Stage):
         object.__setattr__(self, "max_bytes", parse_bytes(self.max_bytes))
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
-        return iter(
+        return _probed(
+            env,
+            k,
             ThreadPrefetcher(
                 up,
                 max_items=self.max_items,
                 max_bytes=self.max_bytes,
                 sizeof=lambda rec: nbytes(rec.value),
                 name="prefetch",
-            )
+            ),
         )
 
 
@@ -339,6 +351,7 @@ class Shuffle(Stage):
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         run = _ShuffleRun(self, env, env.seed_for(k, self.seed), state)
         env.snapshots[k] = run.snapshot
+        env.held[k] = run.holding
         return run.run(up)
 
 
@@ -368,6 +381,19 @@ class _ShuffleRun:
             "pool": [list(r.pos) for r in self.pool],
             "emitted": [list(r.pos) for r in self.emitted if ledger.is_open(r)],
         }
+
+    def holding(self) -> tuple[int, int]:
+        """(items, bytes) in the pool; without ``max_bytes`` the bytes are estimated
+        from one item (sizes are not measured then)."""
+        pool = self.pool
+        if not pool:
+            return 0, 0
+        if self.limit is not None:
+            return len(pool), self.held
+        try:
+            return len(pool), len(pool) * nbytes(pool[-1].value)
+        except (IndexError, TypeError, ValueError):  # (taken meanwhile; or unmeasurable)
+            return len(pool), 0
 
     def _restore(self, up: Iterator[Rec]) -> Iterator[Rec]:
         """Take back the pool and the emitted-not-settled samples from the replay."""

@@ -7,13 +7,20 @@ video counters).
 
 from __future__ import annotations
 
+import logging
+import math
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ._diagnosis import render_table
+from ._units import check_seconds
 from .budget import BudgetStats
 from .depth import TunerDecision
+from .errors import add_note
 
-__all__ = ["BufferStats", "LoaderStats"]
+__all__ = ["BufferStats", "LoaderStats", "StatsLog", "log_every"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class LoaderStats:
         stages: where the time went, per stage (``streambuf.StageStats``: the source,
             each stage, ``downstream``), summed over the workers; ``loader.report()``
             turns them into a table and names the bottleneck.
+        bottleneck: that conclusion in one line (``report()``'s last line); ``""`` when
+            nothing was measured yet. ``print(loader.stats())`` shows it all.
     """
 
     batches: int
@@ -110,16 +119,42 @@ class LoaderStats:
     stage_bytes: int | None = None
     threads: tuple[Any, ...] = ()
     stages: tuple[Any, ...] = ()
+    bottleneck: str = ""
+
+    def __str__(self) -> str:
+        """A readable summary: throughput and wait, the depth and bytes in flight, the
+        per-stage table in the order data flows and the bottleneck (``loader.report()``)."""
+        steady = self.steady_wait_fraction
+        lines = [
+            f"{self.batches} batches ({self.bytes / 2**20:.1f} MiB), "
+            f"{self.batches_per_s:.1f} batches/s over {self.elapsed_s:.1f} s; the loop "
+            f"waited {self.wait_fraction:.1%} of the time"
+            + ("" if math.isnan(steady) else f" ({steady:.1%} after start-up)"),
+            f"depth {self.depth} batches, {self.occupancy:.0%} in flight"
+            + (
+                f", {self.budget.in_flight_bytes / 2**20:.1f} of "
+                f"{self.budget.max_bytes / 2**20:.0f} MiB"
+                if self.budget is not None
+                else ""
+            )
+            + f"; {self.tuner_decisions} depth changes",
+        ]
+        if self.stages:
+            lines += ["", render_table(self.stages)]
+        if self.bottleneck:
+            lines += ["", self.bottleneck]
+        return "\n".join(lines)
 
     def as_dict(self, *, flat: bool = False) -> dict[str, Any]:
-        """A dict; with ``flat=True`` scalar values only, nested keys joined by "/"
+        """A dict; with ``flat=True`` numbers only (no ``decisions``, no ``bottleneck``
+        text), nested keys joined by "/"
         (drops straight into TensorBoard's ``add_scalars`` or any logger)."""
         d = asdict(self)
         if not flat:
             return d
         out: dict[str, Any] = {}
         for k, v in d.items():
-            if k == "decisions":
+            if k in ("decisions", "bottleneck"):  # (not numbers)
                 continue
             if k == "threads":  # threads/<stage>/<count>: numbers only, keyed by stage
                 out.update(thread_scalars(v))
@@ -140,3 +175,61 @@ class LoaderStats:
             elif v is not None:
                 out[k] = v
         return out
+
+
+Sink = Callable[[dict[str, Any], int], Any]
+
+
+class StatsLog:
+    """``loader.stats()`` handed to a sink every ``seconds`` while batches flow, and once
+    more at the end of each epoch (``streambuf.log_every``; ``Loader(log=...)``).
+
+    Invariants: called from the training loop's thread, right after a batch is counted
+    (never while the loop waits); at most once per ``seconds``, plus the epoch's end; an
+    exception of the sink is the loop's (noted with where it came from), never swallowed.
+    """
+
+    def __init__(self, seconds: float, sink: Sink | logging.Logger | None = None) -> None:
+        self.seconds = check_seconds(seconds, name="log_every(seconds)", allow_zero=True)
+        if sink is not None and not isinstance(sink, logging.Logger) and not callable(sink):
+            raise TypeError(
+                f"log_every(sink={sink!r}) must be a callable sink(scalars, step), a "
+                "logging.Logger, or None (the 'streambuf' logger)"
+            )
+        self.sink = sink
+        self._last = time.monotonic()
+
+    def due(self, now: float) -> bool:
+        return now - self._last >= self.seconds
+
+    def emit(self, stats: LoaderStats) -> None:
+        """Hand ``stats`` to the sink now: a callable gets ``(stats.as_dict(flat=True),
+        stats.batches)``; a logger (or None) an INFO line with those and the bottleneck."""
+        self._last = time.monotonic()
+        sink = self.sink
+        try:
+            if sink is None or isinstance(sink, logging.Logger):
+                logger = sink or logging.getLogger("streambuf")
+                logger.info("streambuf: %s", stats.as_dict(flat=True))
+                if stats.bottleneck:
+                    logger.info("streambuf: %s", stats.bottleneck)
+            else:
+                sink(stats.as_dict(flat=True), stats.batches)
+        except Exception as exc:
+            add_note(exc, f"streambuf: raised in the stats sink {sink!r} (log_every)")
+            raise
+
+
+def log_every(seconds: float, sink: Sink | logging.Logger | None = None) -> StatsLog:
+    """Log ``loader.stats()`` every ``seconds`` (and at each epoch's end) to ``sink``:
+
+    * a callable ``sink(scalars, step)``: ``scalars`` is ``stats().as_dict(flat=True)``
+      (numbers only: ``wait_fraction``, ``batches_per_s``, ``budget/in_flight_bytes``,
+      ``stages/<i> <stage>/own_s``, ...), ``step`` the batches delivered so far. For
+      TensorBoard: ``lambda d, step: writer.add_scalars("data", d, step)``.
+    * a ``logging.Logger`` (or None: the ``"streambuf"`` logger): an INFO line with the
+      same dict, and one with the bottleneck (``loader.report()``'s conclusion).
+
+    Pass it to the Loader: ``Loader(pipe, ..., log=streambuf.log_every(30, sink))``.
+    """
+    return StatsLog(seconds, sink)

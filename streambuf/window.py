@@ -487,6 +487,12 @@ class Window(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
+    def held(self) -> tuple[int, int]:
+        """(items, bytes) held: made and being made (reservations), cheaply (a stage
+        meter reads it often)."""
+        with self._lock:
+            return self._held, self._bytes
+
     def stats(self) -> BufferStats:
         """``items``: admitted results; ``bytes``: theirs plus counted reservations;
         ``outside``: reservations granted outside the count (round robin's awaited lane)."""

@@ -85,8 +85,11 @@ def test_the_stage_grant_is_split_among_the_sources():
     got += list(it)
     assert sorted((s["k"], s["i"]) for s in got) == [(k, i) for k in range(2) for i in range(150)]
     share = STAGE // 2
-    # each source's buffers held at most its share, and the share is what bound them
-    assert all(p <= share for p in HELD.peak), (HELD.peak, share)
+    # each source's buffers held at most its share, and the share is what bound them;
+    # "held" here runs from the map's call to the next stage's, so it includes the one
+    # sample being handed on (out of the window, not taken yet: a producer may fill
+    # the room it left while the consumer's thread releases the GIL)
+    assert all(p <= share + SAMPLE for p in HELD.peak), (HELD.peak, share)
     assert all(p >= share // 2 for p in HELD.peak), (HELD.peak, share)
     assert HELD.now == [0, 0]
 

@@ -6,6 +6,9 @@ independent measurement (wall time taken around the slow function) within 10%.""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -80,6 +83,9 @@ def test_slow_map_is_named_and_timed() -> None:
     assert line.startswith("bottleneck: map(slow):"), loader.report()
     own = _stage(loader, "map(slow)").own_s
     assert own == pytest.approx(SPENT.value / 1e9, rel=0.1, abs=0.03)
+    # the links after it count their own time only, not the calls they make
+    assert _stage(loader, "map(abs)").own_s < 0.2 * own, loader.report()
+    assert _stage(loader, "batch").own_s < 0.2 * own, loader.report()
     assert _stage(loader, "map(slow)").items == 96
     assert _stage(loader, "batch").items == 12 and _stage(loader, "downstream").items == 12
 
@@ -168,3 +174,173 @@ def test_a_gil_bound_threaded_map_is_said_to_compute() -> None:
     s = sb.StageStats("map(g)", 800, 1.0, 0.001, fn_s=8.0, fn_cpu_s=0.05, fn_calls=800)
     found = diagnose([s], threads=[8])
     assert found is not None and "waits" in found.advice, found
+
+
+# -- CPU of stages in the worker's thread, what stages hold, stats() as text, log_every --
+SPENT_CPU = multiprocessing.Value("q", 0, lock=True)
+
+
+def burn(x: Any) -> Any:
+    """~4 ms of pure Python, its thread CPU added to SPENT_CPU."""
+    c = time.thread_time_ns()
+    end = time.perf_counter() + 0.004
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    with SPENT_CPU.get_lock():
+        SPENT_CPU.value += time.thread_time_ns() - c
+    return x
+
+
+def slow_even(x: int) -> bool:
+    _timed_sleep(0.01)  # on every item: 2.5x map(burn)
+    return x % 2 == 0
+
+
+def test_cpu_of_a_stage_in_the_worker_thread_tells_computing_from_waiting() -> None:
+    """An inline map that computes: its CPU (sampled on 1 call in 8, scaled) agrees with
+    thread CPU taken around the function and the advice is "it computes". Behind it, a
+    filter that sleeps (2 calls of the map per output: another pace): CPU near 0 (the CPU
+    of the links it calls is not its own, whichever of their calls were sampled), "it
+    waits"."""
+    SPENT_CPU.value = 0
+    loader = _run(sb.Pipeline(list(range(96))).map(burn).batch(8))
+    s = _stage(loader, "map(burn)")
+    assert s.cpu_s == pytest.approx(SPENT_CPU.value / 1e9, rel=0.15, abs=0.03), loader.report()
+    assert s.cpu_s > 0.6 * (s.own_s - s.core_wait_s), loader.report()  # (a busy machine)
+    assert _stage(loader, "batch").cpu_s < 0.2 * s.cpu_s, loader.report()
+    line = _bottleneck(loader)
+    assert line.startswith("bottleneck: map(burn):") and "it computes" in line, line
+
+    SPENT_CPU.value = 0
+    loader = _run(sb.Pipeline(list(range(96))).map(burn).filter(slow_even).batch(8))
+    assert _stage(loader, "map(burn)").cpu_s == pytest.approx(
+        SPENT_CPU.value / 1e9, rel=0.15, abs=0.03
+    ), loader.report()
+    s = _stage(loader, "filter(slow_even)")
+    assert s.cpu_s < 0.1 * s.own_s, loader.report()
+    line = _bottleneck(loader)
+    assert line.startswith("bottleneck: filter(slow_even):") and "it waits" in line, loader.report()
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or not Path("/proc/thread-self/schedstat").exists(),
+    reason="needs Linux (CPU affinity, per-thread run-queue time)",
+)
+def test_a_stage_that_waits_for_a_busy_core_is_seen_computing() -> None:
+    """This process and a busy loop in another share one core: the map's wall time is
+    about twice its CPU time, the part its thread waited for the core is counted
+    (``core_wait_s``) and the verdict is "computing", not "waiting" (threads would not
+    help it)."""
+    saved = os.sched_getaffinity(0)
+    core = min(saved)
+    code = (
+        f"import os; os.sched_setaffinity(0, {{{core}}}); print('on', flush=True)\nwhile True: pass"
+    )
+    hog = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == b"on"
+        os.sched_setaffinity(0, {core})
+        pipe = sb.Pipeline(list(range(48))).map(burn).batch(8)
+        with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB") as loader:
+            list(loader)
+            s = _stage(loader, "map(burn)")
+            report = loader.report()
+    finally:
+        os.sched_setaffinity(0, saved)
+        hog.kill()
+        hog.wait(timeout=10)
+    assert s.core_wait_s > 0.25 * s.own_s, report
+    line = report.splitlines()[-1]
+    assert line.startswith("bottleneck: map(burn):") and "it computes" in line, report
+
+
+def kilobyte(x: Any) -> bytes:
+    time.sleep(0.001)  # waits: the threads pay (the map does not fall back to inline)
+    return bytes(1000)
+
+
+def test_held_items_and_bytes_are_gauges_of_what_a_stage_holds() -> None:
+    """A shuffle's pool and a threaded map's window, read while iterating (without
+    workers, in this process) and after the end: nothing held then, the peak kept."""
+    pipe = (
+        sb.Pipeline(list(range(600)))
+        .map(kilobyte, threads=2, max_items=4)
+        .shuffle(100, max_bytes="1MiB")
+        .batch(4)
+    )
+    with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="64MiB") as loader:
+        it = iter(loader)
+        for _ in range(60):  # 240 samples in: published at least every 64 items
+            next(it)
+        stages = {s.stage: s for s in loader.stats().stages}
+        assert 90 <= stages["shuffle"].held_items <= 100, stages
+        assert stages["shuffle"].held_bytes >= 90 * 1000, stages
+        assert 0 < stages["map(kilobyte)"].peak_items <= 4, stages
+        assert stages["source (items)"].held_items == 0
+        it.close()  # left mid-epoch: the stages' runs end, holding nothing
+        stages = {s.stage: s for s in loader.stats().stages}
+    assert stages["shuffle"].held_items == 0 and stages["shuffle"].held_bytes == 0
+    assert 90 <= stages["shuffle"].peak_items <= 100
+    assert stages["map(kilobyte)"].held_items == 0
+    assert stages["map(kilobyte)"].threads == 2
+
+
+def test_print_stats_shows_the_table_and_the_bottleneck() -> None:
+    loader = _run(sb.Pipeline(list(range(96))).map(slow).batch(8))
+    text = str(loader.stats())
+    assert text.startswith("12 batches"), text
+    assert "| map(slow) | 1 | 96 |" in text, text
+    assert text.splitlines()[-1] == loader.stats().bottleneck
+    assert loader.stats().bottleneck.startswith("bottleneck: map(slow):")
+
+
+def test_log_every_hands_scalars_to_a_sink_in_time_and_at_the_epoch_end() -> None:
+    got: list[tuple[dict[str, Any], int]] = []
+    pipe = sb.Pipeline(list(range(64))).map(slow).batch(4)
+    log = sb.log_every(3600, lambda d, step: got.append((d, step)))
+    with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB", log=log) as loader:
+        list(loader)
+        assert [step for _, step in got] == [16]  # none in time; one at the epoch's end
+        scalars = got[0][0]
+        assert scalars["batches"] == 16
+        assert scalars["stages/1 map(slow)/items"] == 64
+        assert all(isinstance(v, int | float) for v in scalars.values())
+        log.seconds = 0.0  # every batch is due now
+        list(loader)
+    assert [step for _, step in got] == [16, *range(17, 33), 32]
+
+
+def test_log_every_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:
+    pipe = sb.Pipeline(list(range(16))).map(slow).batch(4)
+    with caplog.at_level("INFO", logger="streambuf"):
+        with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB", log_every_s=3600) as L:
+            list(L)
+    lines = [r.getMessage() for r in caplog.records if r.name == "streambuf"]
+    assert any("'batches': 4" in m for m in lines), lines
+    assert any(m.startswith("streambuf: bottleneck: ") for m in lines), lines
+
+
+def test_log_every_refuses_bad_options_and_notes_a_failing_sink() -> None:
+    pipe = sb.Pipeline(list(range(8))).batch(4)
+    with pytest.raises(TypeError, match="sink"):
+        sb.log_every(1, sink="tensorboard")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="log_every"):
+        sb.log_every(-1)
+    with pytest.raises(TypeError, match="log="):
+        sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB", log=30)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not both"):
+        sb.Loader(
+            pipe, num_workers=0, max_batches=2, max_bytes="1MiB", log_every_s=1,
+            log=sb.log_every(1),
+        )  # fmt: skip
+
+    def sink(d: dict[str, Any], step: int) -> None:
+        raise RuntimeError("logger is down")
+
+    loader = sb.Loader(
+        pipe, num_workers=0, max_batches=2, max_bytes="1MiB", log=sb.log_every(0, sink)
+    )
+    with pytest.raises(RuntimeError, match="logger is down") as info:
+        list(loader)
+    assert "stats sink" in "\n".join(getattr(info.value, "__notes__", []))
