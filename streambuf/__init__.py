@@ -35,6 +35,7 @@ from .resources import Limits, Recommendation, read_limits, recommend
 from .sizing import nbytes
 from .sources.pipe import shards
 from .stats import LoaderStats, StatsLog, log_every
+from .token_files import token_files
 from .window import Window
 
 __version__ = "0.1.0"
@@ -79,4 +80,5 @@ __all__ = [
     "read_limits",
     "recommend",
     "shards",
+    "token_files",
 ]

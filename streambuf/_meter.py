@@ -273,7 +273,10 @@ def _metered(it: Iterator[T], raw: Any, slots: list[int], held: Held | None) -> 
         ns = cpu = cpu_wall = 0
         flushed = n
         if held is not None:
-            items, size = held()
+            try:
+                items, size = held()
+            except Exception:  # (a probe never fails the run: e.g. at interpreter exit)
+                return
             raw[i_held], raw[i_held_bytes] = items, size
             if items > raw[i_peak]:
                 raw[i_peak] = items

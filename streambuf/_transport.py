@@ -99,7 +99,9 @@ class _Unpickler(pickle.Unpickler):
         # frombuffer on it, then slice in torch (a numpy slice would hold the whole arena)
         whole = torch.frombuffer(_arena.registered(token).adopt(slot), dtype=torch.uint8)
         flat = whole[offset : offset + nbytes].view(dt)
-        return flat.as_strided(shape, stride, storage_offset)
+        # as_strided's offset is absolute in the storage (the whole slot): the leaf's
+        # place in the slot plus its own offset in its storage
+        return flat.as_strided(shape, stride, flat.storage_offset() + storage_offset)
 
 
 def _loads(data: bytes) -> Any:

@@ -39,6 +39,7 @@ from ._tuner import START_THREADS
 from ._units import check_int
 from ._verbs import SampleVerbs
 from .compose import Stage as UserStage
+from .packing import Pack
 from .prefetch import parse_threads
 from .sharding import Equalize, Sharding, current_rank_world, current_worker, equal_batch_counts
 from .stages import Batch, Filter, Flatten, Map, Prefetch, Shuffle, Stage
@@ -135,6 +136,14 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
                 f"{stage.name}() after .batch(): only map, filter and prefetch may follow "
                 "batching; move it before .batch()"
             )
+        if any(isinstance(s, Pack) for s in self._stages) and not isinstance(
+            stage, Map | Filter | Prefetch | Batch
+        ):
+            raise ValueError(
+                f"{stage.name}() after .pack(): only map, filter, batch and prefetch may "
+                "follow packing (a block has no position of its own to resume from); "
+                "move it before .pack()"
+            )
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(self.__dict__)
         new._stages = (*self._stages, stage)
@@ -192,9 +201,30 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
     def flatten(self) -> Pipeline:
         """Yield the elements of each item (an item that is a list of samples, e.g. the
         clips ``video.decode_member`` returns for one tar sample, becomes samples)."""
-        if any(isinstance(s, Flatten) for s in self._stages):
-            raise ValueError("a pipeline has at most one .flatten() stage")
+        if any(isinstance(s, Flatten | Pack) for s in self._stages):
+            raise ValueError("a pipeline has at most one .flatten() or .pack() stage")
         return self._with(Flatten())
+
+    def pack(
+        self,
+        seq_len: int,
+        /,
+        *,
+        key: str | None = "tokens",
+        eos: int | None = None,
+        drop_last: bool = True,
+        pad: int = 0,
+    ) -> Pipeline:
+        """Pack tokenized documents into blocks of ``seq_len`` tokens: each sample's 1-D
+        integer array (``sample[key]``; the sample itself with ``key=None``), followed by
+        ``eos`` when given, concatenated in stream order and cut; each output is
+        ``{"tokens": int64 [seq_len], "document_ids": int32 [seq_len]}`` (the index of
+        the document each position came from, within the block; -1: padding). The last
+        partial block is dropped (``drop_last=True``) or padded with ``pad``. Every
+        token exactly once, exact and elastic resume (``streambuf.packing``)."""
+        if any(isinstance(s, Flatten | Pack) for s in self._stages):
+            raise ValueError("a pipeline has at most one .flatten() or .pack() stage")
+        return self._with(Pack(seq_len, key=key, eos=eos, drop_last=drop_last, pad=pad))
 
     def filter(self, fn: Callable[[Any], bool], /) -> Pipeline:
         """Keep the items for which ``fn`` is true (equalize then pads by repetition)."""
@@ -375,6 +405,11 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         batch = [s for s in self._stages if isinstance(s, Batch)]
         if not batch:
             raise ValueError("equalize counts batches: add a .batch(n) stage")
+        if any(isinstance(s, Pack) for s in self._stages):
+            raise ValueError(
+                "equalize counts batches from the samples per shard, and .pack() makes a "
+                "number of blocks that depends on the documents' lengths: drop equalize"
+            )
         if self._src.num_shards() is None:
             raise ValueError("equalize needs a sequence source (its length must be known)")
         sizes = self.sizes()

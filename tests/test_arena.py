@@ -54,6 +54,28 @@ def test_batches_come_from_the_arena_and_equal_the_plain_path(mp_context):
     it.close()
 
 
+def three_leaves(i: int) -> dict[str, torch.Tensor]:
+    """A sample whose batch has three tensor leaves of different dtypes and sizes."""
+    return {
+        "x": torch.full((1000,), i, dtype=torch.int64),
+        "mask": torch.full((7,), -i, dtype=torch.int32),
+        "w": torch.full((3, 5), i / 2, dtype=torch.float16),
+    }
+
+
+def test_every_leaf_of_a_batch_is_its_own_part_of_the_slot():
+    """A batch's leaves lie one after the other in one slot: each comes back as its own
+    place (not the slot's start: the first leaf's bytes under another dtype)."""
+    pipe = Pipeline(list(range(24))).map(three_leaves).batch(4)
+    got = list(Loader(pipe, num_workers=2, max_batches=4, max_bytes=16 * MIB, timeout_s=60))
+    assert len(got) == 6
+    for b in got:
+        ids = b["x"][:, 0]
+        assert torch.equal(b["x"], ids[:, None].expand(4, 1000))
+        assert torch.equal(b["mask"], (-ids).to(torch.int32)[:, None].expand(4, 7))
+        assert torch.equal(b["w"], (ids / 2).to(torch.float16)[:, None, None].expand(4, 3, 5))
+
+
 def test_a_kept_batch_is_never_overwritten_and_dropping_it_frees_its_slot():
     loader = make(n=200)
     it = iter(loader)

@@ -61,3 +61,19 @@ def test_the_module_count_script_sees_the_tar_path(capsys):
     out = _script("modules_on_path").main()
     assert {"sources/tar.py", "wds/decoders.py", "stages.py", "loader.py"} <= set(out[0])
     assert "_transport.py" in out[2] and "in process:" in capsys.readouterr().out
+
+
+def test_the_packing_benchmark_runs_tiny(capsys):
+    rows = _script("pack_tokens").main(["--tiny"])
+    assert [r["reader"].split(":")[0] for r in rows] == ["tar shards"] * 2 + ["flat files"] * 2
+    assert all(r["blocks"] > 0 and r["blocks_per_s"] > 0 for r in rows)
+    # the two flat-file readers deliver the same number of whole blocks
+    assert rows[2]["blocks"] == rows[3]["blocks"]
+    assert "blocks/s" in capsys.readouterr().out
+
+
+def test_the_stage_stats_overhead_script_runs_tiny(capsys):
+    out = _script("stage_stats_overhead").main(["--pairs", "1", "--mode", "tiny"])
+    assert out and all(len(r["on"]) == len(r["off"]) == 1 for r in out.values())
+    assert all(r["median_pair_ratio"] > 0 for r in out.values())
+    assert "median of pair ratios" in capsys.readouterr().out

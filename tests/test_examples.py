@@ -92,3 +92,16 @@ def test_webdataset_migration_example_agrees_with_webdataset():
     )
     assert out.returncode == 0, out.stderr
     assert "agree: 8 batches, 30 images" in out.stdout, out.stdout
+
+
+@pytest.mark.timeout(180)
+def test_pack_tokens_example():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "pack_tokens.py")],
+        capture_output=True,
+        text=True,
+        timeout=160,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "equal the uninterrupted run" in out.stdout, out.stdout
+    assert "tokens (4, 256), document_ids (4, 256)" in out.stdout, out.stdout

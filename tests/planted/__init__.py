@@ -21,6 +21,7 @@ GROUPS = (
     "autotune",
     "checkpoints",
     "report",
+    "tokens",
 )
 
 

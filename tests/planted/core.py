@@ -246,6 +246,13 @@ MUTANTS = [
         "tests/test_mixing.py::test_resume_is_exact",
     ),
     m(
+        "arena: every leaf of a batch is read from the slot's start",
+        "streambuf/_transport.py",
+        "return flat.as_strided(shape, stride, flat.storage_offset() + storage_offset)",
+        "return flat.as_strided(shape, stride, storage_offset)",
+        "tests/test_arena.py::test_every_leaf_of_a_batch_is_its_own_part_of_the_slot",
+    ),
+    m(
         "worker exceptions lose their type (ExceptionWrapper behaviour)",
         "streambuf/_transport.py",
         "        if not isinstance(exc, BaseException):",

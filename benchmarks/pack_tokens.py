@@ -1,0 +1,154 @@
+"""Packed sequences per second: streambuf against the loop a user writes.
+
+Data made here: tar shards (WebDataset layout) of tokenized documents (``.npy`` uint16
+arrays, 50-4000 tokens), and the same tokens as flat ``uint16`` files. Four readers, each
+delivering batches of 8 blocks of 2,048 tokens (int64) through 2 worker processes:
+
+* **tar shards, streambuf**: ``shards().decode().pack(2048).batch(8)`` + ``Loader``;
+* **tar shards, a plain packing loop**: an ``IterableDataset`` that splits the shards
+  over workers, reads each tar with ``tarfile``, ``np.load``s each document and packs
+  with a Python list buffer (what a user writes first) + ``DataLoader(batch_size=8)``;
+* **flat files, streambuf**: ``token_files(seq_len=2048).batch(8)`` + ``Loader``;
+* **flat files, memmap Dataset**: a map-style ``Dataset`` slicing a ``numpy.memmap``
+  (nanoGPT's reader) + ``DataLoader(shuffle=True, batch_size=8)``.
+
+LitData's ``TokensLoader`` is not installed here (not measured). One run each, rate from
+the first batch to the last.
+
+    python benchmarks/pack_tokens.py            # ~1 minute on 2 cores
+    python benchmarks/pack_tokens.py --tiny     # a few seconds (a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+import streambuf as sb
+
+SEQ = 2048
+BATCH = 8
+WORKERS = 2
+
+
+def make_data(root: Path, shards: int, docs: int) -> tuple[list[str], list[str]]:
+    rng = np.random.default_rng(0)
+    tars, flats = [], []
+    for s in range(shards):
+        tar_path, flat_path = root / f"docs-{s:04d}.tar", root / f"tokens-{s:04d}.bin"
+        every = []
+        with tarfile.open(tar_path, "w") as tar:
+            for d in range(docs):
+                tokens = rng.integers(1, 50_000, size=int(rng.integers(50, 4000)), dtype=np.uint16)
+                every.append(tokens)
+                buf = io.BytesIO()
+                np.save(buf, tokens)
+                info = tarfile.TarInfo(f"d{s:04d}{d:05d}.npy")
+                info.size = buf.tell()
+                buf.seek(0)
+                tar.addfile(info, buf)
+        np.concatenate(every).tofile(flat_path)
+        tars.append(str(tar_path))
+        flats.append(str(flat_path))
+    return tars, flats
+
+
+class PlainPacking(IterableDataset[dict[str, torch.Tensor]]):
+    """The packing loop a user writes: shards split over workers, a list as buffer."""
+
+    def __init__(self, tars: list[str]) -> None:
+        self.tars = tars
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        k, n = (info.id, info.num_workers) if info is not None else (0, 1)
+        buf: list[int] = []
+        for path in self.tars[k::n]:
+            with tarfile.open(path) as tar:
+                for member in tar:
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    buf.extend(np.load(io.BytesIO(f.read())).tolist())
+                    while len(buf) >= SEQ:
+                        block, buf = buf[:SEQ], buf[SEQ:]
+                        yield {"tokens": torch.tensor(block, dtype=torch.int64)}
+
+
+class MemmapBlocks(Dataset[dict[str, torch.Tensor]]):
+    """nanoGPT's reader: blocks sliced from memory-mapped flat files."""
+
+    def __init__(self, flats: list[str]) -> None:
+        self.flats = flats
+        self.index = [
+            (f, b) for f, p in enumerate(flats) for b in range(Path(p).stat().st_size // 2 // SEQ)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        f, b = self.index[i]
+        mm = np.memmap(self.flats[f], dtype=np.uint16, mode="r")
+        return {"tokens": torch.from_numpy(mm[b * SEQ : (b + 1) * SEQ].astype(np.int64))}
+
+
+def rate(loader: Any) -> tuple[float, int]:
+    """Blocks per second from the first batch to the last, and the blocks delivered."""
+    it = iter(loader)
+    first = next(it)
+    t0, n = time.perf_counter(), 0
+    for batch in it:
+        n += len(batch["tokens"])
+    assert first["tokens"].shape[1:] == (SEQ,)
+    return n / max(time.perf_counter() - t0, 1e-9), n + len(first["tokens"])
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tiny", action="store_true", help="a few seconds: a smoke run")
+    args = p.parse_args(argv)
+    shards, docs = (4, 20) if args.tiny else (16, 400)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tars, flats = make_data(Path(tmp), shards, docs)
+        kw = {"num_workers": WORKERS, "max_batches": 8, "max_bytes": "256MiB"}
+        runs = {
+            "tar shards: streambuf pack": lambda: sb.Loader(
+                sb.shards(tars, seed=0).decode().pack(SEQ, key="npy").batch(BATCH), **kw
+            ),
+            "tar shards: plain packing loop + DataLoader": lambda: DataLoader(
+                PlainPacking(tars), batch_size=BATCH, num_workers=WORKERS
+            ),
+            "flat files: streambuf token_files": lambda: sb.Loader(
+                sb.token_files(flats, seq_len=SEQ, seed=0).batch(BATCH), **kw
+            ),
+            "flat files: memmap Dataset + DataLoader": lambda: DataLoader(
+                MemmapBlocks(flats), batch_size=BATCH, shuffle=True, num_workers=WORKERS
+            ),
+        }
+        for name, make in runs.items():
+            blocks_per_s, blocks = rate(make())
+            rows.append({"reader": name, "blocks_per_s": blocks_per_s, "blocks": blocks})
+    print(f"packed blocks of {SEQ} tokens, batches of {BATCH}, {WORKERS} workers")
+    print("| reader | blocks/s | blocks | x plain |")
+    print("|---|---|---|---|")
+    for i, r in enumerate(rows):
+        base = rows[i - i % 2 + 1]["blocks_per_s"]  # the plain peer of the same data
+        print(
+            f"| {r['reader']} | {r['blocks_per_s']:.0f} | {r['blocks']} | {r['blocks_per_s'] / base:.2f} |"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""``token_files``: flat token files read as fixed-length blocks by byte ranges.
+
+The layout of nanoGPT-style and LitData-style pipelines: each file is a flat array of
+token ids (``uint16`` for vocabularies up to 65,536, else ``uint32``), no header. Block
+``b`` of a file is tokens ``[b * seq_len, b * seq_len + seq_len + overlap)`` (``overlap=1``:
+the next-token target of the last position too), read with one ranged request of its
+bytes (a local file: one ``os.pread`` on a descriptor kept per file and worker; else
+``streambuf.io.open_stream``: HTTP ``Range`` with
+resume at the offset after a dropped connection, any fsspec URL). The blocks of all files
+are the pipeline's items: shuffled across and within files by ``(seed, epoch)``, split
+over rank x worker, resumed exactly or elastically by the pipeline's own machinery (a
+block is an item: its position is its number). Each output is ``{"tokens": int64
+[seq_len + overlap], "__url__": file, "block": b}``.
+
+File sizes are read once, when the pipeline is built (a local ``stat``, a ranged request
+elsewhere); a size that is not a multiple of the dtype's is a clear error naming the file.
+Tokens at the end of a file that do not fill a block are not read (as nanoGPT's loader).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._units import check_int, parse_count
+from .io.opener import open_stream
+from .io.urls import UrlSpec, expand_urls, redact, secrets_of
+from .pipeline import Pipeline
+
+__all__ = ["token_files"]
+
+_MAX_FDS = 64  # descriptors kept open per worker (local files)
+_DTYPES = ("uint8", "uint16", "int32", "uint32", "int64")
+
+
+class _Blocks(Sequence[tuple[int, int]]):
+    """Every block of every file as ``(file, block)``, by one global number."""
+
+    def __init__(self, counts: Sequence[int]) -> None:
+        self.starts = [0]
+        for c in counts:
+            self.starts.append(self.starts[-1] + c)
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        f = bisect.bisect_right(self.starts, i) - 1
+        return f, i - self.starts[f]
+
+
+class _ReadBlock:
+    """A block's tokens, read by one ranged request (picklable: runs in the workers)."""
+
+    def __init__(
+        self, urls: list[str], dtype: str, seq_len: int, overlap: int, kw: dict[str, Any]
+    ) -> None:
+        self.urls, self.dtype, self.seq_len, self.overlap, self.kw = (
+            urls,
+            dtype,
+            seq_len,
+            overlap,
+            kw,
+        )
+        self.__name__ = "read_block"
+        self._fds: dict[int, int] = {}
+        self._pid = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fds": {}, "_pid": 0}  # descriptors stay in their process
+
+    def _fd(self, f: int) -> int:
+        if self._pid != os.getpid():  # (a forked worker: its own descriptors)
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(f)
+        if fd is None:
+            if len(self._fds) >= _MAX_FDS:  # many files: close the oldest descriptor
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = self._fds[f] = os.open(self.urls[f].removeprefix("file://"), os.O_RDONLY)
+        return fd
+
+    def __call__(self, item: tuple[int, int]) -> dict[str, Any]:
+        f, b = item
+        size = np.dtype(self.dtype).itemsize
+        count = self.seq_len + self.overlap
+        url = self.urls[f]
+        at, length = b * self.seq_len * size, count * size
+        if _is_local(url):  # one pread on a descriptor kept per file and process
+            data = os.pread(self._fd(f), length, at)
+        else:
+            with open_stream(url, offset=at, length=length, **self.kw) as r:
+                data = r.read(length)
+        if len(data) != count * size:
+            raise ValueError(
+                f"token_files: {redact(url, secrets=secrets_of(self.kw.get('storage_options')))}"
+                f" gave {len(data)} bytes for block {b}, expected {count * size}: the file "
+                "shrank since the pipeline was built"
+            )
+        tokens = torch.from_numpy(np.frombuffer(data, dtype=self.dtype).astype(np.int64))
+        return {"tokens": tokens, "__url__": url, "block": b}
+
+
+def _is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def _size(url: str, kw: dict[str, Any]) -> int:
+    if _is_local(url):
+        return os.path.getsize(url.removeprefix("file://"))
+    with open_stream(url, length=1, **kw) as r:
+        size = r.size
+    if size is None:
+        raise ValueError(f"token_files: the size of {url} is unknown (the server sent none)")
+    return size
+
+
+def token_files(
+    urls: UrlSpec,
+    /,
+    *,
+    seq_len: int,
+    dtype: str = "uint16",
+    overlap: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    threads: int | str = 8,
+    storage_options: Mapping[str, Any] | None = None,
+    retries: int = 5,
+    timeout_s: float = 30.0,
+) -> Pipeline:
+    """Flat token files as a ``Pipeline`` of blocks of ``seq_len`` (+ ``overlap``) tokens
+    (module docstring). ``threads``: blocks read at once in each worker (``"auto"``:
+    as many as pay). Add ``.batch(n)`` and give it to a ``Loader``."""
+    seq_len = parse_count(seq_len, name="seq_len")
+    overlap = check_int(overlap, name="overlap")
+    if overlap < 0:
+        raise ValueError(f"token_files(overlap={overlap}) must be >= 0 (1: next-token targets)")
+    if dtype not in _DTYPES:
+        raise ValueError(f"token_files(dtype={dtype!r}) must be one of {', '.join(_DTYPES)}")
+    files = expand_urls(urls, storage_options=storage_options)
+    if not files:
+        raise ValueError(f"token_files({urls!r}): no files")
+    kw: dict[str, Any] = {"retries": retries, "timeout_s": timeout_s}
+    if storage_options is not None:
+        kw["storage_options"] = dict(storage_options)
+    itemsize = np.dtype(dtype).itemsize
+    counts = []
+    for url in files:
+        size = _size(url, kw)
+        if size % itemsize:
+            raise ValueError(
+                f"token_files: {redact(url, secrets=secrets_of(storage_options))} has {size} "
+                f"bytes, not a multiple of {itemsize} ({dtype}): not a flat {dtype} token "
+                "file (another dtype=, or a header to strip?)"
+            )
+        counts.append(max(0, (size // itemsize - overlap) // seq_len))
+    blocks = _Blocks(counts)
+    pipe = Pipeline(
+        blocks,
+        shuffle_shards=shuffle,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+    )
+    return pipe.map(_ReadBlock(files, dtype, seq_len, overlap, kw), threads=threads)

@@ -1,0 +1,63 @@
+"""The planted bugs of token streams (issue 29): ``pack`` and ``token_files``. Each must
+make the tests named beside it fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+P = "tests/test_pack.py"
+T = "tests/test_token_files.py"
+
+_m = planted("tokens")
+
+MUTANTS = [
+    _m(
+        "pack: a piece is numbered by where it starts, not where it ends",
+        "streambuf/packing.py",
+        "self.members.append(Rec(None, (*rec.pos, end), rec.seq))",
+        "self.members.append(Rec(None, (*rec.pos, off), rec.seq))",
+        f"{P}::test_a_checkpoint_inside_a_long_document_keeps_its_offset",
+    ),
+    _m(
+        "pack: the rest of a cut document is not owed any more",
+        "streambuf/packing.py",
+        "                if end < size:\n                    ledger.expanded(rec, 2)",
+        "                if False:\n                    ledger.expanded(rec, 2)",
+        f"{P}::test_elastic_resume_two_to_three_workers_every_token_once",
+    ),
+    _m(
+        "pack: a resumed document starts at its first token again",
+        "streambuf/packing.py",
+        "            off = max(done) if done else 0",
+        "            off = 0",
+        f"{P}::test_a_checkpoint_inside_a_long_document_keeps_its_offset",
+    ),
+    _m(
+        "pack: document ids run on across blocks",
+        "streambuf/packing.py",
+        "        self.pieces, self.ids, self.members, self.fill, self.docs = [], [], [], 0, 0",
+        "        self.pieces, self.ids, self.members, self.fill = [], [], [], 0",
+        f"{P}::test_a_block_boundary_inside_a_document",
+    ),
+    _m(
+        "pack: the dropped last block's documents stay owed",
+        "streambuf/packing.py",
+        "            ledger.settle_all(Rec(None, (), -1, self.members))",
+        "            pass",
+        f"{P}::test_nothing_stays_owed_when_the_stream_ends",
+    ),
+    _m(
+        "token_files: blocks are read at a stride of seq_len + overlap",
+        "streambuf/token_files.py",
+        "at, length = b * self.seq_len * size, count * size",
+        "at, length = b * count * size, count * size",
+        f"{T}::test_local_blocks_equal_memmap_slices",
+    ),
+    _m(
+        "token_files: a file that is not whole tokens is read anyway",
+        "streambuf/token_files.py",
+        "        if size % itemsize:\n",
+        "        if False:\n",
+        f"{T}::test_a_file_that_is_not_whole_tokens_is_named",
+    ),
+]

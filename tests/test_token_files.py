@@ -1,0 +1,126 @@
+"""``token_files``: flat token files as blocks read by byte ranges. Blocks equal
+``numpy.memmap`` slices of the same files (local, and over HTTP with connections dropped
+mid-range), shuffled by epoch, every block once; exact and elastic resume through a
+Loader; bad files named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streambuf as sb
+from tests.resume_harness import check_save_load, counted_once, resume_and_finish, save_after
+from tests.sources.httpserver import FaultyServer
+
+pytestmark = pytest.mark.timeout(120)
+
+SEQ = 16
+SIZES = (200, 97, 33)  # tokens per file: the last tokens of each do not fill a block
+ROOT: Path | None = None  # where the resume tests' files are (set by their fixture)
+
+
+def write_files(root: Path, dtype: str = "uint16") -> list[str]:
+    paths = []
+    for f, n in enumerate(SIZES):
+        tokens = (np.arange(n) * 7 + f * 10_000) % np.iinfo(dtype).max
+        path = root / f"tokens-{f}.bin"
+        tokens.astype(dtype).tofile(path)
+        paths.append(str(path))
+    return paths
+
+
+def blocks_of(n: int, overlap: int) -> int:
+    return (n - overlap) // SEQ
+
+
+def check_blocks(
+    samples: list[dict[str, Any]], files: dict[str, str], dtype: str, overlap: int
+) -> None:
+    """Each sample is its file's memmap slice; every block of every file exactly once."""
+    for s in samples:
+        mm = np.memmap(files[s["__url__"]], dtype=dtype, mode="r")
+        b = s["block"]
+        want = np.asarray(mm[b * SEQ : b * SEQ + SEQ + overlap], dtype=np.int64)
+        assert s["tokens"].tolist() == want.tolist(), (s["__url__"], b)
+    got = sorted((s["__url__"], s["block"]) for s in samples)
+    want_ids = sorted(
+        (url, b)
+        for url, path in files.items()
+        for b in range(blocks_of(SIZES[_index(path)], overlap))
+    )
+    assert got == want_ids
+
+
+def _index(path: str) -> int:
+    return int(Path(path).stem.split("-")[1])
+
+
+@pytest.mark.parametrize(("dtype", "overlap"), [("uint16", 0), ("uint16", 1), ("uint32", 1)])
+def test_local_blocks_equal_memmap_slices(tmp_path: Path, dtype: str, overlap: int) -> None:
+    paths = write_files(tmp_path, dtype)
+    pipe = sb.token_files(paths, seq_len=SEQ, dtype=dtype, overlap=overlap, seed=3)
+    samples = list(pipe)
+    check_blocks(samples, {p: p for p in paths}, dtype, overlap)
+    order0 = [(s["__url__"], s["block"]) for s in samples]
+    assert order0 != sorted(order0)  # shuffled across and within files
+    pipe.set_epoch(1)
+    assert [(s["__url__"], s["block"]) for s in pipe] != order0  # another order each epoch
+    assert all(s["tokens"].numel() == SEQ + overlap for s in samples)
+
+
+def test_http_blocks_survive_connections_dropped_mid_range(tmp_path: Path) -> None:
+    paths = write_files(tmp_path)
+    with FaultyServer(tmp_path) as server:
+        server.drop("*", after_bytes=10, times=6)  # each cut 10 bytes into a block's range
+        urls = [f"{server.base_url}/{Path(p).name}" for p in paths]
+        pipe = sb.token_files(urls, seq_len=SEQ, overlap=1, threads=2)
+        samples = list(pipe)
+    check_blocks(samples, dict(zip(urls, paths)), "uint16", 1)
+
+
+def test_a_file_that_is_not_whole_tokens_is_named(tmp_path: Path) -> None:
+    paths = write_files(tmp_path)
+    bad = tmp_path / "odd.bin"
+    bad.write_bytes(b"\x00" * 33)
+    with pytest.raises(ValueError, match=r"odd\.bin has 33 bytes, not a multiple of 2"):
+        sb.token_files([*paths, str(bad)], seq_len=SEQ)
+    with pytest.raises(ValueError, match="dtype"):
+        sb.token_files(paths, seq_len=SEQ, dtype="float32")
+    with pytest.raises(ValueError, match="overlap"):
+        sb.token_files(paths, seq_len=SEQ, overlap=-1)
+
+
+# -- resume through a Loader ---------------------------------------------------------------
+def token_loader(*, workers: int = 2) -> sb.Loader:
+    assert ROOT is not None
+    paths = sorted(str(p) for p in ROOT.glob("tokens-*.bin"))
+    pipe = sb.token_files(paths, seq_len=SEQ, overlap=1, seed=1, threads=2).batch(3)
+    return sb.Loader(pipe, num_workers=workers, max_batches=4, max_bytes="2MiB", timeout_s=60)
+
+
+def block_ids(batch: Any) -> list[Any]:
+    return [(Path(u).name, int(b)) for u, b in zip(batch["__url__"], batch["block"])]
+
+
+@pytest.fixture
+def token_root(tmp_path: Path) -> Any:
+    global ROOT
+    write_files(tmp_path)
+    ROOT = tmp_path
+    yield tmp_path
+    ROOT = None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_exact_resume(token_root: Path, workers: int) -> None:
+    check_save_load(token_loader, {"workers": workers}, [1, 4, "last"], ids=block_ids)
+
+
+def test_elastic_resume_two_to_three_workers(token_root: Path) -> None:
+    first, state = save_after(token_loader, {"workers": 2}, 3, ids=block_ids)
+    rest, _ = resume_and_finish(token_loader, {"workers": 3}, state, ids=block_ids)
+    want = [(f"tokens-{f}.bin", b) for f, n in enumerate(SIZES) for b in range(blocks_of(n, 1))]
+    counted_once([x for b in first + rest for x in b], want)
