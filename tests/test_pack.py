@@ -169,6 +169,11 @@ def test_exact_resume_at_random_stops(workers: int) -> None:
     check_save_load(pack_loader, {"workers": workers}, [*stops, "last"], ids=block_tokens)
 
 
+def test_exact_resume_with_spawned_workers() -> None:
+    check_save_load(pack_loader, {"workers": 2, "mp_context": "spawn"}, [2], ids=block_tokens)
+
+
+@pytest.mark.long
 def test_exact_resume_spawn_in_a_fresh_process() -> None:
     check_save_load(
         pack_loader,

@@ -60,4 +60,25 @@ MUTANTS = [
         "        if False:\n",
         f"{T}::test_a_file_that_is_not_whole_tokens_is_named",
     ),
+    _m(
+        "pack: eos appended twice",
+        "streambuf/packing.py",
+        "            doc = np.append(doc, np.int64(self.eos))",
+        "            doc = np.append(doc, [np.int64(self.eos)] * 2)",
+        f"{P}::test_a_block_boundary_inside_a_document",
+    ),
+    _m(
+        "pack: a block is cut at seq_len - 1 tokens",
+        "streambuf/packing.py",
+        "        n = cfg.seq_len\n",
+        "        n = cfg.seq_len - 1\n",
+        f"{P}::test_a_block_boundary_inside_a_document",
+    ),
+    _m(
+        "token_files: byte offsets off by one element",
+        "streambuf/token_files.py",
+        "at, length = b * self.seq_len * size, count * size",
+        "at, length = (b * self.seq_len + 1) * size, count * size",
+        f"{T}::test_local_blocks_equal_memmap_slices",
+    ),
 ]
