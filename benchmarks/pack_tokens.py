@@ -10,10 +10,16 @@ delivering batches of 8 blocks of 2,048 tokens (int64) through 2 worker processe
   with a Python list buffer (what a user writes first) + ``DataLoader(batch_size=8)``;
 * **flat files, streambuf**: ``token_files(seq_len=2048).batch(8)`` + ``Loader``;
 * **flat files, memmap Dataset**: a map-style ``Dataset`` slicing a ``numpy.memmap``
-  (nanoGPT's reader) + ``DataLoader(shuffle=True, batch_size=8)``.
+  (nanoGPT's reader) + ``DataLoader(shuffle=True, batch_size=8)``;
+* **flat files, LitData**: the same tokens ``litdata.optimize``d into LitData's chunks
+  (before the clock starts), read by ``StreamingDataset(item_loader=TokensLoader(2048),
+  shuffle=True)`` + ``StreamingDataLoader``; only where ``litdata`` imports. Its pip
+  dependencies pull a CUDA torch: install it beside the CPU wheel with ``pip install
+  --no-deps litdata lightning-utilities``. It delivers the stored ``uint16`` tokens
+  (streambuf and the others deliver ``int64``: 4x the bytes through the workers).
 
-LitData's ``TokensLoader`` is not installed here (not measured). One run each, rate from
-the first batch to the last.
+One run each, rate from the first batch to the last; ``x peer`` is against the plain
+reader of the same data (the packing loop; the memmap Dataset).
 
     python benchmarks/pack_tokens.py            # ~1 minute on 2 cores
     python benchmarks/pack_tokens.py --tiny     # a few seconds (a smoke run)
@@ -102,15 +108,43 @@ class MemmapBlocks(Dataset[dict[str, torch.Tensor]]):
         return {"tokens": torch.from_numpy(mm[b * SEQ : (b + 1) * SEQ].astype(np.int64))}
 
 
+def _litdata_tokens(path: str) -> Iterator[torch.Tensor]:
+    """One flat file as one item of LitData's token chunks (litdata.optimize's fn)."""
+    yield torch.from_numpy(np.fromfile(path, dtype=np.uint16))
+
+
+def litdata_loader(flats: list[str], root: Path) -> Any:
+    """LitData's TokensLoader over the same tokens (None where litdata does not import)."""
+    try:
+        from litdata import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
+    except ImportError:
+        return None
+    out = root / "litdata"
+    optimize(
+        fn=_litdata_tokens,
+        inputs=flats,
+        output_dir=str(out),
+        chunk_size=(SEQ + 1) * 1024,
+        item_loader=TokensLoader(),
+        num_workers=1,
+    )
+    ds = StreamingDataset(str(out), item_loader=TokensLoader(block_size=SEQ), shuffle=True)
+    return lambda: StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS)
+
+
 def rate(loader: Any) -> tuple[float, int]:
     """Blocks per second from the first batch to the last, and the blocks delivered."""
     it = iter(loader)
     first = next(it)
     t0, n = time.perf_counter(), 0
     for batch in it:
-        n += len(batch["tokens"])
-    assert first["tokens"].shape[1:] == (SEQ,)
-    return n / max(time.perf_counter() - t0, 1e-9), n + len(first["tokens"])
+        n += len(_tokens(batch))
+    assert _tokens(first).shape[1:] == (SEQ,)
+    return n / max(time.perf_counter() - t0, 1e-9), n + len(_tokens(first))
+
+
+def _tokens(batch: Any) -> torch.Tensor:
+    return batch["tokens"] if isinstance(batch, dict) else batch  # (LitData: the tensor)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -136,17 +170,25 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 MemmapBlocks(flats), batch_size=BATCH, shuffle=True, num_workers=WORKERS
             ),
         }
+        lit = litdata_loader(flats, Path(tmp))
+        if lit is not None:
+            runs["flat files: LitData TokensLoader + StreamingDataLoader"] = lit
         for name, make in runs.items():
             blocks_per_s, blocks = rate(make())
             rows.append({"reader": name, "blocks_per_s": blocks_per_s, "blocks": blocks})
     print(f"packed blocks of {SEQ} tokens, batches of {BATCH}, {WORKERS} workers")
-    print("| reader | blocks/s | blocks | x plain |")
+    print("| reader | blocks/s | blocks | x peer |")
     print("|---|---|---|---|")
     for i, r in enumerate(rows):
-        base = rows[i - i % 2 + 1]["blocks_per_s"]  # the plain peer of the same data
+        base = rows[min(i - i % 2 + 1, 3)]["blocks_per_s"]  # the plain reader of the data
         print(
             f"| {r['reader']} | {r['blocks_per_s']:.0f} | {r['blocks']} | {r['blocks_per_s'] / base:.2f} |"
         )
+    if lit is None:
+        print("LitData: not installed (pip install --no-deps litdata lightning-utilities)")
+    else:
+        lit_rate, sb_rate = rows[4]["blocks_per_s"], rows[2]["blocks_per_s"]
+        print(f"token_files / LitData TokensLoader: {sb_rate / lit_rate:.2f}x")
     return rows
 
 

@@ -193,9 +193,15 @@ class SourceRun:
                 prepare(
                     lane, None if nxt is None else self.shard_ids[nxt[0]], *(nxt[1:] if nxt else ())
                 )
-            for j, h0, h1, value in self.access.read(lane, shard, index=index, hint=hint):
-                if self._keep(shard, j):
-                    yield lane, i, j, h0, h1, value
+            reader = self.access.read(lane, shard, index=index, hint=hint)
+            try:
+                for j, h0, h1, value in reader:
+                    if self._keep(shard, j):
+                        yield lane, i, j, h0, h1, value
+            finally:  # closed here, when the lane leaves it: not whenever it is collected
+                close = getattr(reader, "close", None)
+                if close is not None:
+                    close()
 
     # -- replay of pending samples --------------------------------------------------------
     def _replay(self) -> Iterator[tuple[Any, Any, Any]]:

@@ -26,6 +26,9 @@ yields outputs. The pipeline keeps the books that make it exact on resume:
   across outputs, e.g. a window; they stay pending in the checkpoint and are read again
   on resume), ``owns_state`` (``state.value`` is saved). Neither is needed for a 1 -> 1
   or n -> 1 stage without memory.
+* **Fixed memory.** A stage holding a buffer of known size in each worker, whatever the
+  budget (a block filled in place), returns its bytes from ``fixed_bytes()``: a
+  ``Loader`` takes them out of ``max_bytes`` before the rest is shared.
 * **Fingerprint.** ``config()`` (default: the instance's public attributes) is part of
   the state's fingerprint: a state saved with another configuration does not load.
 * **Limits.** An elastic resume (another worker count or world size) starts each

@@ -175,9 +175,21 @@ class Loader:
             )
         # stage buffers inside workers (threaded map, prefetch, lanes) get a quarter of
         # the budget, batches in flight the rest: max_bytes covers all the pipeline holds
-        stage_total = self.max_bytes // 4 if pipeline._has_stage_buffers() else 0
-        self.stage_bytes = max(1, stage_total // max(1, num_workers)) if stage_total else None
-        self.credit_bytes = self.max_bytes - stage_total
+        # and what stages hold whatever the budget (pack's block, in each copy) first
+        copies = max(1, num_workers)
+        fixed = pipeline._fixed_stage_bytes() * copies
+        if fixed and fixed > self.max_bytes // 2:
+            raise ValueError(
+                f"max_bytes={self.max_bytes} cannot hold the pipeline's fixed stage buffers: "
+                f"{fixed} bytes ({fixed // copies} in each of {copies} copies: pack's block "
+                "of 12 bytes per token) would take over half of it; raise max_bytes (to at "
+                f"least {2 * fixed}) or use a shorter seq_len or fewer workers"
+            )
+        rest = self.max_bytes - fixed
+        stage_total = rest // 4 if pipeline._has_stage_buffers() else 0
+        self.stage_bytes = max(1, stage_total // copies) if stage_total else None
+        self.fixed_bytes = fixed
+        self.credit_bytes = rest - stage_total
         self._ctx = multiprocessing.get_context(multiprocessing_context)
         self._ctx_name = multiprocessing_context
         self.tuner: DepthTuner | None = None
@@ -527,6 +539,7 @@ class Loader:
             decisions=decisions[-16:],
             budget=budget,
             stage_bytes=self.stage_bytes,
+            fixed_bytes=self.fixed_bytes,
             threads=self.pipeline.stats().threads,
             stages=stages,
             bottleneck="" if found is None else str(found),

@@ -23,8 +23,11 @@ the same as without the stop (the replayed stream is the same, so is the cut); a
 elastic one, the blocks near the seam differ (a slot packs the remainders it was given,
 in its own order), not the tokens. The stage keeps no state of its own.
 
-**Memory.** It holds the block being filled (at most ``seq_len`` tokens, 8 bytes each)
-and a reference to the document being cut (``stats().stages``: ``held_items``/``bytes``).
+**Memory.** It holds the block being filled, written in place: ``12 * seq_len`` bytes
+(int64 tokens, int32 document ids), whatever the documents' lengths; a ``Loader``
+charges it to ``max_bytes`` once per worker (``fixed_bytes``: the batches in flight
+get that much less). It also references the document being cut, a sample upstream
+already made (``stats().stages``: ``held_items``/``bytes`` show both).
 
 **Limits.** At most one of ``pack`` and ``flatten`` (both number children of a
 position); after ``pack`` only ``map``, ``filter``, ``batch`` and ``prefetch`` (a
@@ -81,6 +84,10 @@ class Pack(Stage):
         if _check_token(self.pad, "pad") is None:
             raise TypeError("pack(pad=None): give an int token id to pad the last block with")
 
+    def fixed_bytes(self) -> int:
+        """The block being filled: int64 tokens and int32 document ids."""
+        return 12 * self.seq_len
+
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         run = _PackRun(self, env)
         env.held[k] = run.holding
@@ -132,39 +139,37 @@ class Pack(Stage):
 
 
 class _PackRun:
-    """One run of ``Pack``: the block being filled, as pieces of documents."""
+    """One run of ``Pack``: the block being filled (its tokens and document ids written
+    in place, so it holds exactly ``12 * seq_len`` bytes whatever the documents)."""
 
     def __init__(self, cfg: Pack, env: Env) -> None:
         self.cfg, self.env = cfg, env
-        self.pieces: list[np.ndarray] = []
-        self.ids: list[int] = []  # the block's document index of each piece
         self.members: list[Rec] = []  # settled when the block is delivered
         self.fill = 0
         self.docs = 0  # documents that gave the block tokens
         self.doc: np.ndarray | None = None  # the document being cut
+        self._new()
+
+    def _new(self) -> None:
+        n = self.cfg.seq_len
+        self.tokens = np.full(n, self.cfg.pad, dtype=np.int64)
+        self.ids = np.full(n, -1, dtype=np.int32)
 
     def holding(self) -> tuple[int, int]:
         doc = self.doc
-        return len(self.members), 8 * self.fill + (doc.nbytes if doc is not None else 0)
+        block = self.tokens.nbytes + self.ids.nbytes
+        return len(self.members), block + (doc.nbytes if doc is not None else 0)
 
     def _block(self, last: bool) -> Rec:
-        n, fill = self.cfg.seq_len, self.fill
-        tokens = np.full(n, self.cfg.pad, dtype=np.int64)
-        ids = np.full(n, -1, dtype=np.int32)
-        at = 0
-        for piece, doc_id in zip(self.pieces, self.ids):
-            tokens[at : at + len(piece)] = piece
-            ids[at : at + len(piece)] = doc_id
-            at += len(piece)
-        assert at == fill
         rec = Rec(
-            {"tokens": torch.from_numpy(tokens), "document_ids": torch.from_numpy(ids)},
+            {"tokens": torch.from_numpy(self.tokens), "document_ids": torch.from_numpy(self.ids)},
             (),
             -1,
             self.members,
             last,
         )
-        self.pieces, self.ids, self.members, self.fill, self.docs = [], [], [], 0, 0
+        self.members, self.fill, self.docs = [], 0, 0
+        self._new()
         return rec
 
     def run(self, up: Iterator[Rec]) -> Iterator[Rec]:
@@ -188,11 +193,12 @@ class _PackRun:
                 end = min(size, off + n - self.fill)
                 if end < size:
                     ledger.expanded(rec, 2)  # this piece, and the rest of the document
-                self.pieces.append(tokens[off:end])
+                at = self.fill
+                self.tokens[at : at + end - off] = tokens[off:end]
                 if first:
                     self.docs += 1
                     first = False
-                self.ids.append(self.docs - 1)
+                self.ids[at : at + end - off] = self.docs - 1
                 self.members.append(Rec(None, (*rec.pos, end), rec.seq))
                 self.fill += end - off
                 off = end
@@ -204,4 +210,4 @@ class _PackRun:
             yield self._block(last=True)
         elif self.members:  # a partial block dropped, or empty documents at the end
             ledger.settle_all(Rec(None, (), -1, self.members))
-            self.pieces, self.ids, self.members, self.fill = [], [], [], 0
+            self.members, self.fill = [], 0

@@ -258,6 +258,10 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         (a reader's lanes, a mix's sources)."""
         return self._src.buffers or any(s.buffers for s in self._stages)
 
+    def _fixed_stage_bytes(self) -> int:
+        """Bytes the stages hold in each copy whatever the budget (``pack``'s block)."""
+        return sum(s.fixed_bytes() for s in self._stages)
+
     def _per_stage_bytes(self, stage_bytes: int | None) -> int | None:
         """A Loader's stage grant split evenly among the stages that hold items ahead
         (threaded maps without their own max_bytes, and the source's lanes)."""

@@ -112,6 +112,11 @@ class Stage:
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         raise NotImplementedError
 
+    def fixed_bytes(self) -> int:
+        """Bytes the stage holds in each worker whatever the budget (a block being
+        filled); a ``Loader`` takes them out of ``max_bytes`` before sharing the rest."""
+        return 0
+
     def replay(self, value: Any, pos: tuple[int, ...]) -> Any:
         """The output of this stage for one sample delivered before, made again from its
         input (a mixed pipeline refetches samples by position); identity by default."""

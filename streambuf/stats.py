@@ -89,10 +89,13 @@ class LoaderStats:
         tuner_decisions: depth changes so far; ``decisions`` holds the last 16.
         budget: the credit accounting (bytes in flight, peak, per worker, oversize);
             None when num_workers == 0. ``budget.max_bytes`` is the credit limit the
-            Loader applies to batches: ``max_bytes`` minus the stage share.
+            Loader applies to batches: ``max_bytes`` minus the fixed and stage shares.
+        fixed_bytes: what stages hold whatever the budget, over all workers (``pack``'s
+            block: ``12 * seq_len`` in each), taken out of ``max_bytes`` first; 0 if none.
         stage_bytes: bytes granted to the stage buffers (threaded map, prefetch, shard
-            and video lanes) of *each* worker: ``max_bytes // 4 // num_workers`` when the
-            pipeline has such stages, else None (then batches get all of ``max_bytes``).
+            and video lanes) of *each* worker: ``(max_bytes - fixed_bytes) // 4 //
+            num_workers`` when the pipeline has such stages, else None (then batches get
+            the rest).
         threads: for each ``map(threads="auto")`` stage, the threads its workers use
             now (``streambuf.ThreadStats``; the same as ``pipeline.stats().threads``):
             log ``stats()`` over time (``log_every_s``) to see the counts move.
@@ -117,6 +120,7 @@ class LoaderStats:
     budget: BudgetStats | None
     steady_wait_fraction: float = float("nan")
     stage_bytes: int | None = None
+    fixed_bytes: int = 0
     threads: tuple[Any, ...] = ()
     stages: tuple[Any, ...] = ()
     bottleneck: str = ""

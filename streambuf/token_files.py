@@ -12,6 +12,10 @@ over rank x worker, resumed exactly or elastically by the pipeline's own machine
 block is an item: its position is its number). Each output is ``{"tokens": int64
 [seq_len + overlap], "__url__": file, "block": b}``.
 
+With ``cache_dir``, a remote file is copied whole into the node-local shard cache at its
+first block and read from there (``os.pread`` on the copy, which is never evicted while
+open); a file the cache cannot take now is read remotely and tried again a second later.
+
 File sizes are read once, when the pipeline is built (a local ``stat``, a ranged request
 elsewhere); a size that is not a multiple of the dtype's is a clear error naming the file.
 Tokens at the end of a file that do not fill a block are not read (as nanoGPT's loader).
@@ -21,20 +25,26 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ._units import check_int, parse_count
+from .io.cache import cached_file
 from .io.opener import open_stream
 from .io.urls import UrlSpec, expand_urls, redact, secrets_of
 from .pipeline import Pipeline
+from .sources.options import check_cache_options
 
 __all__ = ["token_files"]
 
-_MAX_FDS = 64  # descriptors kept open per worker (local files)
+_MAX_FDS = 64  # descriptors kept open per worker (local files, the cache's copies)
+_RETRY_S = 1.0  # a file the cache could not take now: read remotely, try again after
 _DTYPES = ("uint8", "uint16", "int32", "uint32", "int64")
 
 
@@ -60,11 +70,68 @@ class _Blocks(Sequence[tuple[int, int]]):
         return f, i - self.starts[f]
 
 
+class _Handles:
+    """This process's open files, by file number: at most ``_MAX_FDS``, the least
+    recently used closed first once no thread reads it (thread-safe; opened outside the
+    lock, so one slow open, a cache download, never holds up reads of other files)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: OrderedDict[int, list[Any]] = OrderedDict()  # f -> [fd, close, users]
+        self.retry_at: dict[int, float] = {}  # f -> when to try caching it again
+
+    def acquire(
+        self, f: int, opener: Callable[[], tuple[int, Callable[[], None]] | None]
+    ) -> int | None:
+        """A descriptor of file ``f`` (release it after), or None: read it remotely."""
+        with self.lock:
+            entry = self.open.get(f)
+            if entry is not None:
+                entry[2] += 1
+                self.open.move_to_end(f)
+                return int(entry[0])
+            if self.retry_at.get(f, 0.0) > time.monotonic():
+                return None
+        got = opener()
+        with self.lock:
+            if got is None:
+                self.retry_at[f] = time.monotonic() + _RETRY_S
+                return None
+            entry = self.open.get(f)
+            if entry is not None:  # another thread opened it meanwhile: keep theirs
+                got[1]()
+            else:
+                entry = self.open[f] = [got[0], got[1], 0]
+            entry[2] += 1
+            self.open.move_to_end(f)
+            self._trim()
+            return int(entry[0])
+
+    def release(self, f: int) -> None:
+        with self.lock:
+            self.open[f][2] -= 1
+            self._trim()
+
+    def _trim(self) -> None:
+        """Close the least recently used descriptors no thread reads, down to the bound
+        (one in use stays open past it until released). Called holding the lock."""
+        excess = len(self.open) - _MAX_FDS
+        if excess > 0:
+            for old in [k for k, e in self.open.items() if e[2] == 0][:excess]:
+                self.open.pop(old)[1]()
+
+
 class _ReadBlock:
     """A block's tokens, read by one ranged request (picklable: runs in the workers)."""
 
     def __init__(
-        self, urls: list[str], dtype: str, seq_len: int, overlap: int, kw: dict[str, Any]
+        self,
+        urls: list[str],
+        dtype: str,
+        seq_len: int,
+        overlap: int,
+        kw: dict[str, Any],
+        cache: tuple[str, int] | None,
     ) -> None:
         self.urls, self.dtype, self.seq_len, self.overlap, self.kw = (
             urls,
@@ -73,22 +140,30 @@ class _ReadBlock:
             overlap,
             kw,
         )
+        self.cache = cache
         self.__name__ = "read_block"
-        self._fds: dict[int, int] = {}
+        self._handles: _Handles | None = None
         self._pid = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fds": {}, "_pid": 0}  # descriptors stay in their process
+        return {**self.__dict__, "_handles": None, "_pid": 0}  # descriptors stay here
 
-    def _fd(self, f: int) -> int:
-        if self._pid != os.getpid():  # (a forked worker: its own descriptors)
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(f)
-        if fd is None:
-            if len(self._fds) >= _MAX_FDS:  # many files: close the oldest descriptor
-                os.close(self._fds.pop(next(iter(self._fds))))
-            fd = self._fds[f] = os.open(self.urls[f].removeprefix("file://"), os.O_RDONLY)
-        return fd
+    def _opener(self, url: str) -> Callable[[], tuple[int, Callable[[], None]] | None]:
+        if _is_local(url):
+
+            def local() -> tuple[int, Callable[[], None]]:
+                fd = os.open(url.removeprefix("file://"), os.O_RDONLY)
+                return fd, lambda: os.close(fd)
+
+            return local
+        cache = self.cache
+        assert cache is not None
+
+        def cached() -> tuple[int, Callable[[], None]] | None:
+            f = cached_file(url, cache_dir=cache[0], cache_limit=cache[1], **self.kw)
+            return None if f is None else (f.fileno(), f.close)
+
+        return cached
 
     def __call__(self, item: tuple[int, int]) -> dict[str, Any]:
         f, b = item
@@ -96,8 +171,18 @@ class _ReadBlock:
         count = self.seq_len + self.overlap
         url = self.urls[f]
         at, length = b * self.seq_len * size, count * size
-        if _is_local(url):  # one pread on a descriptor kept per file and process
-            data = os.pread(self._fd(f), length, at)
+        if self._pid != os.getpid():  # (a forked worker: its own descriptors)
+            self._handles, self._pid = _Handles(), os.getpid()
+        handles = self._handles
+        assert handles is not None
+        fd = None
+        if self.cache is not None or _is_local(url):  # a local file or the cache's copy
+            fd = handles.acquire(f, self._opener(url))
+        if fd is not None:
+            try:
+                data = os.pread(fd, length, at)
+            finally:
+                handles.release(f)
         else:
             with open_stream(url, offset=at, length=length, **self.kw) as r:
                 data = r.read(length)
@@ -140,16 +225,23 @@ def token_files(
     storage_options: Mapping[str, Any] | None = None,
     retries: int = 5,
     timeout_s: float = 30.0,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | str | None = None,
 ) -> Pipeline:
     """Flat token files as a ``Pipeline`` of blocks of ``seq_len`` (+ ``overlap``) tokens
     (module docstring). ``threads``: blocks read at once in each worker (``"auto"``:
-    as many as pay). Add ``.batch(n)`` and give it to a ``Loader``."""
+    as many as pay). ``cache_dir``/``cache_limit``: the node-local shard cache
+    (docs/cache.md) for remote files: a file is downloaded whole into it at its first
+    block, later blocks (and epochs) are local reads; a file that does not fit, or that
+    another process is downloading, is read remotely meanwhile. Add ``.batch(n)`` and
+    give it to a ``Loader``."""
     seq_len = parse_count(seq_len, name="seq_len")
     overlap = check_int(overlap, name="overlap")
     if overlap < 0:
         raise ValueError(f"token_files(overlap={overlap}) must be >= 0 (1: next-token targets)")
     if dtype not in _DTYPES:
         raise ValueError(f"token_files(dtype={dtype!r}) must be one of {', '.join(_DTYPES)}")
+    cache_dir, cache_limit = check_cache_options(cache_dir, cache_limit)
     files = expand_urls(urls, storage_options=storage_options)
     if not files:
         raise ValueError(f"token_files({urls!r}): no files")
@@ -175,4 +267,5 @@ def token_files(
         rank=rank,
         world_size=world_size,
     )
-    return pipe.map(_ReadBlock(files, dtype, seq_len, overlap, kw), threads=threads)
+    cache = None if cache_dir is None or cache_limit is None else (cache_dir, cache_limit)
+    return pipe.map(_ReadBlock(files, dtype, seq_len, overlap, kw, cache), threads=threads)

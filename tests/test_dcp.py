@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import socket
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,78 +30,102 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rank(rank: int, world: int, port: int, path: str, mode: str, out) -> None:
-    try:
-        import torch.distributed as dist
+MODES = ("save", "load", "naive-save", "naive-load", "dup")  # run in this order
+PATHS = {"save": "ckpt", "load": "ckpt", "naive-save": "naive", "naive-load": "naive", "dup": "dup"}
 
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-        )
+
+def _mode(mode: str, path: str) -> tuple[list, list | None]:
+    """One rank's part of ``mode`` (in a process group): what it saw."""
+    loader = plain_loader(workers=2)  # rank and world from torch.distributed
+    if mode == "dup":  # both ranks read the same data (one data-parallel rank)
+        same = plain_loader(workers=2, rank=0, world=1)
+        it = iter(same)
+        for _ in range(STOP):
+            next(it)
+        text = sb.DistributedState(same).state_dict()["streambuf_states"]
+        del it
+        return [len(json.loads(text))], None
+    if mode == "naive-save":  # the loader itself under one key: per-rank values
+        for i, _ in enumerate(loader):
+            if i == STOP - 1:
+                dcp.save({"loader": loader}, checkpoint_id=path)
+        return [], None
+    if mode == "naive-load":
         try:
-            loader = plain_loader(workers=2)  # rank and world from torch.distributed
-            if mode == "dup":  # both ranks read the same data (one data-parallel rank)
-                same = plain_loader(workers=2, rank=0, world=1)
-                it = iter(same)
-                for _ in range(STOP):
-                    next(it)
-                text = sb.DistributedState(same).state_dict()["streambuf_states"]
-                del it
-                out.put((rank, [len(json.loads(text))], None))
-            elif mode == "naive-save":  # the loader itself under one key: per-rank values
-                for i, _ in enumerate(loader):
-                    if i == STOP - 1:
-                        dcp.save({"loader": loader}, checkpoint_id=path)
-                out.put((rank, [], None))
-            elif mode == "naive-load":
-                try:
-                    dcp.load({"loader": loader}, checkpoint_id=path)
-                    out.put((rank, ["loaded"], None))
-                except BaseException as exc:  # DCP raises CheckpointException, a BaseException
-                    out.put((rank, [f"{type(exc).__name__}: {exc}"], None))
-            elif mode == "save":
-                ids, whole = [], []
-                for i, batch in enumerate(loader):
-                    (ids if i < STOP else whole).append(ids_of(batch))
-                    if i == STOP - 1:  # STOP batches received: the state says so
-                        dcp.save({"loader": sb.DistributedState(loader)}, checkpoint_id=path)
-                out.put((rank, ids, whole))  # whole: the uninterrupted run's rest
-            else:
-                dcp.load({"loader": sb.DistributedState(loader)}, checkpoint_id=path)
-                out.put((rank, [ids_of(b) for b in loader], None))
-        finally:
-            dist.destroy_process_group()
-    except BaseException as exc:  # report instead of leaving the parent waiting
-        out.put((rank, repr(exc), None))
-        raise
+            dcp.load({"loader": loader}, checkpoint_id=path)
+            return ["loaded"], None
+        except BaseException as exc:  # DCP raises CheckpointException, a BaseException
+            return [f"{type(exc).__name__}: {exc}"], None
+    if mode == "save":
+        ids, whole = [], []
+        for i, batch in enumerate(loader):
+            (ids if i < STOP else whole).append(ids_of(batch))
+            if i == STOP - 1:  # STOP batches received: the state says so
+                dcp.save({"loader": sb.DistributedState(loader)}, checkpoint_id=path)
+        return ids, whole  # whole: the uninterrupted run's rest
+    dcp.load({"loader": sb.DistributedState(loader)}, checkpoint_id=path)
+    return [ids_of(b) for b in loader], None
 
 
-def _run(world: int, path: Path, mode: str) -> list[tuple]:
+def _rank(rank: int, world: int, port: int, root: str, out) -> None:
+    """Every mode in turn, in one process group (one spawn for all the DCP tests);
+    each result is put as ``(mode, rank, seen, whole)``, an error as its repr."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        for mode in MODES:
+            path = f"{root}/{PATHS[mode]}"
+            try:
+                seen, whole = _mode(mode, path)
+            except BaseException as exc:  # report instead of leaving the parent waiting
+                out.put((mode, rank, repr(exc), None))
+                raise
+            out.put((mode, rank, seen, whole))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``mode -> [(rank, seen, whole)]`` of 2 spawned gloo ranks running every mode, and
+    ``"root"``: the folder of their checkpoints."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_rank, args=(r, world, port, str(path), mode, out)) for r in range(world)
-    ]
+    port, root = _free_port(), tmp_path_factory.mktemp("dcp")
+    world = 2
+    procs = [ctx.Process(target=_rank, args=(r, world, port, str(root), out)) for r in range(world)]
     for p in procs:
         p.start()
+    got: dict[str, list[tuple]] = {m: [] for m in MODES}
     try:
-        results = sorted((out.get(timeout=180) for _ in procs), key=lambda r: r[0])
+        for _ in range(world * len(MODES)):
+            mode, rank, seen, whole = out.get(timeout=180)
+            got[mode].append((rank, seen, whole))
+            if not isinstance(seen, list):
+                break  # a rank failed: the rest will not come
     finally:
         for p in procs:
             p.join(30)
             if p.is_alive():
                 p.kill()
-    assert all(isinstance(r[1], list) for r in results), results
-    assert all(p.exitcode == 0 for p in procs)
-    return results
+    return {"root": root, **{m: sorted(r, key=lambda x: x[0]) for m, r in got.items()}}
 
 
-def test_dcp_round_trip_on_two_gloo_ranks_exact_then_elastic(tmp_path: Path) -> None:
+def _results(runs: dict[str, Any], mode: str) -> list[tuple]:
+    got = runs[mode]
+    assert len(got) == 2 and all(isinstance(r[1], list) for r in got), (mode, runs)
+    return got
+
+
+def test_dcp_round_trip_on_two_gloo_ranks_exact_then_elastic(runs: dict[str, Any]) -> None:
     """Saved by 2 ranks mid-epoch (the save is taken after STOP batches, while the
     loaders run on); loaded by 2 ranks: each rank's rest equals its uninterrupted rest,
     batch for batch. Loaded by one process: the epoch's remaining samples exactly once."""
-    saved = _run(2, tmp_path / "ckpt", "save")
-    resumed = _run(2, tmp_path / "ckpt", "load")
+    saved, resumed = _results(runs, "save"), _results(runs, "load")
     first = [x for _, ids, _ in saved for b in ids for x in b]
     for (rank, _, whole), (_, rest, _) in zip(saved, resumed):
         assert rest == whole, f"rank {rank}: the resumed rest differs from the uninterrupted one"
@@ -112,7 +136,7 @@ def test_dcp_round_trip_on_two_gloo_ranks_exact_then_elastic(tmp_path: Path) -> 
 
     # elastic: one process (no process group) loads the 2 ranks' checkpoint
     loader = plain_loader(workers=2)
-    dcp.load({"loader": sb.DistributedState(loader)}, checkpoint_id=str(tmp_path / "ckpt"))
+    dcp.load({"loader": sb.DistributedState(loader)}, checkpoint_id=str(runs["root"] / "ckpt"))
     rest = [x for b in loader for x in ids_of(b)]
     counted_once(first + rest, all_samples(N_SHARDS))
 
@@ -134,14 +158,14 @@ def test_distributed_state_alone_and_bad_values() -> None:
         sb.DistributedState(again).load_state_dict({"streambuf_states": "{"})
 
 
-def test_loader_itself_under_dcp_is_refused_not_mixed(tmp_path: Path) -> None:
+def test_loader_itself_under_dcp_is_refused_not_mixed(runs: dict[str, Any]) -> None:
     """``dcp.save({"loader": loader})`` on 2 ranks: DCP keeps one copy of each leaf of
     the per-rank states; loading it back into fresh loaders, no rank resumes silently:
     DCP itself refuses the fresh loader's template (its ``workers`` leaves differ from
     the saved ones), and a state assembled from both ranks fails its digest (the test
     below)."""
-    _run(2, tmp_path / "naive", "naive-save")
-    got = [msgs[0] for _, msgs, _ in _run(2, tmp_path / "naive", "naive-load")]
+    _results(runs, "naive-save")
+    got = [msgs[0] for _, msgs, _ in _results(runs, "naive-load")]
     assert all(m != "loaded" for m in got), got
     assert all("Exception" in m.split(":")[0] or "DistributedState" in m for m in got), got
 
@@ -179,9 +203,9 @@ def test_state_digest_survives_json_with_int_keyed_user_state() -> None:
     assert digest({"workers": [object()]}) is not None  # unhashable parts by repr
 
 
-def test_ranks_of_one_data_rank_give_one_state(tmp_path: Path) -> None:
+def test_ranks_of_one_data_rank_give_one_state(runs: dict[str, Any]) -> None:
     """Two ranks holding the same data rank (tensor parallelism within a replica): the
     gathered value keeps one state for it (a list of two rank-0 states would be refused
     as an incomplete set of ranks)."""
-    got = _run(2, tmp_path / "dup", "dup")
+    got = _results(runs, "dup")
     assert [n for _, (n,), _ in got] == [1, 1]

@@ -290,3 +290,47 @@ def test_nothing_stays_owed_when_the_stream_ends(drop_last: bool) -> None:
     blocks = list(run)
     assert len(blocks) == (3 if drop_last else 4)
     assert len(run.ledger) == 0, run.ledger.pending()
+
+
+# -- the byte budget ---------------------------------------------------------------------
+def test_the_block_being_filled_is_charged_to_max_bytes() -> None:
+    """Each worker's block (12 bytes a token) comes out of max_bytes before the batches
+    in flight get theirs; a max_bytes that cannot hold them is refused, naming pack."""
+    kw: dict[str, Any] = {"max_batches": 4, "max_bytes": "2MiB"}
+    seq = 4096
+    ld = sb.Loader(
+        sb.Pipeline(list(range(8)), expand=lambda s: [{"tokens": np.arange(50)}])
+        .pack(seq)
+        .batch(2),
+        num_workers=2,
+        **kw,
+    )
+    assert ld.fixed_bytes == 2 * 12 * seq
+    assert ld.credit_bytes == (2 << 20) - 2 * 12 * seq
+    assert sb.Loader(pack_pipe(), num_workers=2, **kw).fixed_bytes == 2 * 12 * SEQ
+    assert sb.Loader(pack_pipe(), num_workers=0, **kw).fixed_bytes == 12 * SEQ
+    assert sb.Loader(sb.Pipeline([0]).batch(1), num_workers=2, **kw).fixed_bytes == 0
+    assert ld.stats().fixed_bytes == ld.fixed_bytes
+    with pytest.raises(ValueError, match=r"pack's block.*raise max_bytes \(to at least 196608\)"):
+        sb.Loader(
+            sb.Pipeline([0]).pack(seq, key=None).batch(1),
+            num_workers=2,
+            max_batches=2,
+            max_bytes=150_000,
+        )
+
+
+def test_what_pack_holds_is_its_block_and_the_document_being_cut() -> None:
+    """The stage meter's peak for pack: the block (12 bytes a token) and at most one
+    document, however long the documents are."""
+    seq, long_doc = 64, 1000
+    docs = [np.arange(n) for n in (long_doc, 3, 70, long_doc, 5)] * 4
+    ld = sb.Loader(
+        sb.Pipeline(docs).pack(seq, key=None).batch(2),
+        num_workers=0,
+        max_batches=2,
+        max_bytes="8MiB",
+    )
+    assert sum(len(b["tokens"]) for b in ld) == sum(map(len, docs)) // seq
+    (stage,) = [s for s in ld.stats().stages if s.stage == "pack"]
+    assert 12 * seq <= stage.peak_bytes <= 12 * seq + 8 * long_doc

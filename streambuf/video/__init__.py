@@ -9,6 +9,7 @@ seconds from real frame pts, torchcodec's sampler vocabulary.
 
 from __future__ import annotations
 
+from .audio import AudioSamples
 from .decode import Clip, DecodeStats, Layout, decode_clips
 from .member import MemberDecoder, decode_member
 from .probe import VideoInfo, VideoSource, probe
@@ -25,6 +26,7 @@ from .samplers import (
 from .source import VideoReader, clips
 
 __all__ = [
+    "AudioSamples",
     "Clip",
     "ClipSampler",
     "DecodeStats",

@@ -28,7 +28,7 @@ closed early.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -38,6 +38,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 
 from .._failures import FailurePolicy, OnError
 from ..errors import VideoError
+from .audio import AudioMissing, AudioSamples, AudioSpec, audio_spec, clip_audio
 from .probe import VideoInfo, VideoSource, _import_av, build_index, open_video, source_name
 from .samplers import ClipSampler, sampler_rng
 
@@ -58,6 +59,8 @@ class Clip:
         duration_seconds: float64 ``(T,)``: how long each frame is displayed.
         source: the video's name (a batch: a list of names).
         clip_index: the clip's position in the sampler's list (a batch: int64 tensor).
+        audio: the audio of the clip's span (``AudioSamples``) when asked for with
+            ``audio=``, else None (a batch: one ``AudioSamples``, padded: ``lengths``).
     """
 
     data: torch.Tensor
@@ -65,6 +68,7 @@ class Clip:
     duration_seconds: torch.Tensor
     source: str | list[str]
     clip_index: int | torch.Tensor
+    audio: AudioSamples | None = None
 
     @classmethod
     def collate(cls, batch: list[Clip], *, collate_fn_map: Any = None) -> Clip:
@@ -79,7 +83,17 @@ class Clip:
                 s for c in batch for s in ([c.source] if isinstance(c.source, str) else c.source)
             ],
             clip_index=default_collate([c.clip_index for c in batch]),
+            audio=_collate_audio(batch),
         )
+
+
+def _collate_audio(batch: list[Clip]) -> AudioSamples | None:
+    audio = [c.audio for c in batch]
+    if all(a is None for a in audio):
+        return None
+    if any(a is None for a in audio):
+        raise ValueError("cannot batch clips with audio and clips without (audio=None)")
+    return AudioSamples.collate(audio)  # type: ignore[arg-type]
 
 
 default_collate_fn_map[Clip] = Clip.collate
@@ -136,6 +150,8 @@ def decode_clips(
     stats: DecodeStats | None = None,
     name: str | None = None,
     keep: Callable[[int], bool] | None = None,
+    audio: bool | dict[str, int | None] | AudioSpec | None = None,
+    audio_missing: AudioMissing = "raise",
 ) -> Generator[Clip, None, None]:
     """Yield the clips ``sampler`` picks from ``source``, decoded with PyAV.
 
@@ -159,6 +175,11 @@ def decode_clips(
             slot's share of a video, or the clips a resume still owes); their frames are
             decoded as if the others were not asked for, and ``clip_index`` is still
             the position in the sampler's full list.
+        audio: True (the stream's rate and channels) or ``{"sample_rate": 16000,
+            "channels": 1}``: each clip carries ``Clip.audio``, the samples of its span
+            (``streambuf.video.audio``); None: frames only.
+        audio_missing: a video without an audio stream: "raise" (``VideoError``, stage
+            "video.audio") or "silence" (zeros flagged ``missing``; needs a sample_rate).
 
     Yields:
         ``Clip`` objects (order: see the module docstring).
@@ -183,6 +204,7 @@ def decode_clips(
             f"sampler={sampler!r} has no sample(info, rng) method; use e.g. "
             "streambuf.video.clips_at_random_indices(...)"
         )
+    spec = audio if isinstance(audio, AudioSpec) else audio_spec(audio, audio_missing)
     if policy is None:
         policy = FailurePolicy(on_error, max_failures, stage="video")
     _import_av()  # fail here, not on first next(), when PyAV is missing
@@ -197,6 +219,7 @@ def decode_clips(
         stats if stats is not None else DecodeStats(),
         name,
         keep,
+        spec,
     )
 
 
@@ -211,6 +234,7 @@ def _decode(
     stats: DecodeStats,
     name: str | None,
     keep: Callable[[int], bool] | None,
+    spec: AudioSpec | None,
 ) -> Generator[Clip, None, None]:
     av = _import_av()
     name = name or source_name(source)
@@ -230,7 +254,13 @@ def _decode(
                 ctx.thread_type = "AUTO"
             try:
                 wanted = [ci for ci in range(len(clips)) if keep is None or keep(ci)]
-                yield from _emit(container, stream, info, clips, wanted, size, layout, name, stats)
+                sound = None
+                if spec is not None:  # decoded first: a clip carries it when yielded
+                    spans = _spans(info, clips, range(len(clips)))
+                    sound = clip_audio(container, spans, wanted, spec, name)
+                yield from _emit(
+                    container, stream, info, clips, wanted, size, layout, name, stats, sound
+                )
             except (av.FFmpegError, _Missing) as exc:
                 raise VideoError(
                     f"cannot decode: {type(exc).__name__}: {exc}", stage="video.decode", source=name
@@ -238,6 +268,17 @@ def _decode(
     except VideoError as err:
         stats.failures += 1
         policy.handle(err, source=name, error_type=VideoError)
+
+
+def _spans(
+    info: VideoInfo, clips: list[list[int]], wanted: Iterable[int]
+) -> dict[int, tuple[float, float]]:
+    """Each clip's span: its first frame's pts to its last frame's end."""
+    pts, dur = info.pts_seconds, info.frame_duration_seconds
+    return {
+        ci: (float(pts[min(clips[ci])]), float(pts[max(clips[ci])] + dur[max(clips[ci])]))
+        for ci in wanted
+    }
 
 
 def _output_size(info: VideoInfo, size: tuple[int | None, int | None]) -> dict[str, int]:
@@ -262,6 +303,7 @@ def _emit(
     layout: Layout,
     name: str,
     stats: DecodeStats,
+    sound: dict[int, AudioSamples] | None = None,
 ) -> Iterator[Clip]:
     from av.video.reformatter import VideoReformatter
 
@@ -294,6 +336,7 @@ def _emit(
                 duration_seconds=torch.from_numpy(info.frame_duration_seconds[idx]),
                 source=name,
                 clip_index=ci,
+                audio=None if sound is None else sound.pop(ci),
             )
 
 

@@ -28,6 +28,7 @@ from .._failures import FailurePolicy, OnError
 from .._shared import SharedInt
 from ..errors import VideoError
 from ..io.urls import redact
+from .audio import AudioMissing, AudioSpec, audio_spec
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler
@@ -58,6 +59,7 @@ class MemberDecoder:
         seed: int,
         on_error: OnError,
         max_failures: int | None,
+        audio: AudioSpec | None = None,
     ) -> None:
         self.fields = (field,) if isinstance(field, str) else tuple(field)
         if not self.fields or not all(isinstance(f, str) and f for f in self.fields):
@@ -77,6 +79,7 @@ class MemberDecoder:
         self.seed = int(seed)
         self.on_error: OnError = on_error
         self.max_failures = max_failures
+        self.audio = audio
         self._policy = FailurePolicy(on_error, max_failures, stage=_STAGE)
         self._epoch = SharedInt(0)
         self.stats = DecodeStats()  # this process's counters (not thread-safe: indicative)
@@ -120,6 +123,7 @@ class MemberDecoder:
                 policy=self._policy,
                 stats=self.stats,
                 name=name,
+                audio=self.audio,
             )
         )
         out.sort(key=lambda c: int(c.clip_index))
@@ -141,6 +145,8 @@ def decode_member(
     seed: int = 0,
     on_error: OnError = "raise",
     max_failures: int | None = None,
+    audio: bool | dict[str, int | None] | None = None,
+    audio_missing: AudioMissing = "raise",
 ) -> MemberDecoder:
     """A ``.map()`` function: sample dict -> the list of clips decoded from ``sample[field]``.
 
@@ -150,6 +156,7 @@ def decode_member(
         ffmpeg_threads: FFmpeg threads per decoder (keep 1 inside DataLoader workers).
         seed: seeds the sampler with the epoch (``set_epoch``) and the sample's key.
         on_error, max_failures: "raise" or "skip" (returns ``[]``; counted per process).
+        audio, audio_missing: as in ``clips()``: each clip carries ``Clip.audio``.
 
     Raises (when called):
         VideoError: the field is missing or the video cannot be decoded (``"raise"``).
@@ -166,4 +173,5 @@ def decode_member(
         seed=seed,
         on_error=on_error,
         max_failures=max_failures,
+        audio=audio_spec(audio, audio_missing),
     )

@@ -55,6 +55,7 @@ from ..errors import VideoError, add_note
 from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
 from ..pipeline import Pipeline
 from ..sharding import Equalize, Sharding
+from .audio import AudioMissing, AudioSpec, audio_spec
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
 from .probe import _import_av
 from .samplers import ClipSampler
@@ -128,6 +129,7 @@ class VideoReader:
     storage_options: Mapping[str, Any] | None = None
     cache_dir: str | None = None
     cache_limit: int | None = None
+    audio: AudioSpec | None = None
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
     counters: SharedCounters = field(
@@ -234,6 +236,7 @@ class VideoAccess:
             stats=stats,
             name=name,
             keep=keep,
+            audio=self.r.audio,
         )
         try:
             yield from gen
@@ -300,6 +303,8 @@ def clips(
     clips_per_video: int | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    audio: bool | dict[str, int | None] | None = None,
+    audio_missing: AudioMissing = "raise",
 ) -> Pipeline:
     """A ``Pipeline`` of ``Clip`` objects decoded from ``videos`` (see the module docstring).
 
@@ -334,6 +339,15 @@ def clips(
         clips_per_video: clips each video yields (for ``equalize``); inferred from
             ``clips_at_random_*`` and ``clips_at_regular_indices``.
         rank, world_size: override ``torch.distributed``.
+        audio: True (each stream's own rate and channels) or ``{"sample_rate": 16000,
+            "channels": 1}`` (resampled, downmixed: give both to batch clips of mixed
+            sources): each clip carries ``Clip.audio`` (``AudioSamples``: float32
+            ``[channels, samples]`` of exactly the clip's span, ``pts_seconds`` of its
+            first sample); a batch pads to the longest with ``lengths``. Its bytes count
+            against the byte budget like the frames. None: frames only.
+        audio_missing: a video without audio: "raise" (``VideoError``, stage
+            "video.audio", naming it) or "silence" (zeros, ``missing=True``; needs
+            ``sample_rate``).
 
     Raises:
         ValueError, TypeError: bad arguments (before any worker starts).
@@ -354,6 +368,7 @@ def clips(
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
+    spec = audio_spec(audio, audio_missing)
     from ..sources.options import check_cache_options
 
     folder, limit = check_cache_options(cache_dir, cache_limit)
@@ -389,6 +404,7 @@ def clips(
         storage_options=dict(storage_options) if storage_options else None,
         cache_dir=folder,
         cache_limit=limit,
+        audio=spec,
         _secrets=secrets_of(storage_options),
     )
     from .._compact import IndexedStrList, StrList

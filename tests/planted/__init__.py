@@ -22,6 +22,7 @@ GROUPS = (
     "checkpoints",
     "report",
     "tokens",
+    "video2",
 )
 
 

@@ -107,4 +107,11 @@ MUTANTS = [
         "",
         CHECKS,
     ),
+    _m(
+        "a lane leaving a shard mid-read leaves its reader open until it is collected",
+        "streambuf/_source.py",
+        '                close = getattr(reader, "close", None)\n                if close',
+        "                close = None\n                if close",
+        "tests/sources/test_adaptive_lanes.py::test_a_reader_stuck_in_a_read_is_closed_when_it_returns",
+    ),
 ]

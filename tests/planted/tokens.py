@@ -7,6 +7,7 @@ from tests.planted._mutant import planted
 
 P = "tests/test_pack.py"
 T = "tests/test_token_files.py"
+R = "tests/sources/test_token_files_remote.py"
 
 _m = planted("tokens")
 
@@ -35,8 +36,8 @@ MUTANTS = [
     _m(
         "pack: document ids run on across blocks",
         "streambuf/packing.py",
-        "        self.pieces, self.ids, self.members, self.fill, self.docs = [], [], [], 0, 0",
-        "        self.pieces, self.ids, self.members, self.fill = [], [], [], 0",
+        "        self.members, self.fill, self.docs = [], 0, 0",
+        "        self.members, self.fill = [], 0",
         f"{P}::test_a_block_boundary_inside_a_document",
     ),
     _m(
@@ -80,5 +81,26 @@ MUTANTS = [
         "at, length = b * self.seq_len * size, count * size",
         "at, length = (b * self.seq_len + 1) * size, count * size",
         f"{T}::test_local_blocks_equal_memmap_slices",
+    ),
+    _m(
+        "pack: the block being filled is not charged to max_bytes",
+        "streambuf/packing.py",
+        "        return 12 * self.seq_len",
+        "        return 0",
+        f"{P}::test_the_block_being_filled_is_charged_to_max_bytes",
+    ),
+    _m(
+        "token_files: the cache's copy is never read (every block remote)",
+        "streambuf/token_files.py",
+        "        if self.cache is not None or _is_local(url):",
+        "        if _is_local(url):",
+        f"{R}::test_cached_files_are_fetched_once_and_read_locally_after",
+    ),
+    _m(
+        "token_files: a descriptor a thread still reads is closed",
+        "streambuf/token_files.py",
+        "            for old in [k for k, e in self.open.items() if e[2] == 0][:excess]:",
+        "            for old in list(self.open)[:excess]:",
+        f"{R}::test_a_descriptor_in_use_is_never_closed",
     ),
 ]

@@ -222,8 +222,14 @@ class _Stuck(_Lists):
         super().__init__(shards)
         self.release = threading.Event()
         self.closed: list[int] = []
+        self.kept: list[Any] = []  # every reader, so only an explicit close() closes one
 
     def read(self, lane: int, shard: int, /, *, index: int, hint: Any):  # type: ignore[no-untyped-def]
+        reader = self._read(shard, index)
+        self.kept.append(reader)  # (without this, the lane dropping it would close it too)
+        return reader
+
+    def _read(self, shard: int, index: int):  # type: ignore[no-untyped-def]
         try:
             for j in range(index, len(self.shards[shard])):
                 if shard == 1 and j == 1:

@@ -1,0 +1,48 @@
+"""The planted bugs of Video II (issue 28): audio with clips. Each must make the tests
+named beside it fail."""
+
+from __future__ import annotations
+
+from tests.planted._mutant import planted
+
+A = "tests/video/test_audio.py"
+
+_m = planted("video2")
+
+MUTANTS = [
+    _m(
+        "audio: off by one audio frame (the first frame's time taken from its end)",
+        "streambuf/video/audio.py",
+        "                    t0 = float(frame.pts * frame.time_base)",
+        "                    t0 = float(frame.pts * frame.time_base) + frame.samples / frame.sample_rate",
+        f"{A}::test_bursts_fall_where_the_frames_say",
+    ),
+    _m(
+        "audio: a clip gets the audio of the lowest clip index left (sampler order, not the clip's)",
+        "streambuf/video/decode.py",
+        "audio=None if sound is None else sound.pop(ci),",
+        "audio=None if sound is None else sound.pop(min(sound)),",
+        f"{A}::test_bursts_fall_where_the_frames_say",
+    ),
+    _m(
+        "audio: the bytes of a clip's audio are not counted",
+        "streambuf/sizing.py",
+        "for f in dataclasses.fields(obj))",
+        "for f in dataclasses.fields(obj) if f.name != 'audio')",
+        f"{A}::test_audio_bytes_count_in_the_clip",
+    ),
+    _m(
+        "audio: runs formed from the wanted clips only (a resume hears other samples)",
+        "streambuf/video/decode.py",
+        "spans = _spans(info, clips, range(len(clips)))",
+        "spans = _spans(info, clips, wanted)",
+        f"{A}::test_exact_resume_gives_the_same_audio",
+    ),
+    _m(
+        "audio: a batch's padding left out of lengths",
+        "streambuf/video/audio.py",
+        "            lengths=torch.tensor(lengths, dtype=torch.int64),",
+        "            lengths=torch.tensor([longest] * len(batch), dtype=torch.int64),",
+        f"{A}::test_a_batch_pads_to_the_longest_and_counts_every_sample",
+    ),
+]
