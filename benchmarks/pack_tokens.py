@@ -16,10 +16,13 @@ delivering batches of 8 blocks of 2,048 tokens (int64) through 2 worker processe
   shuffle=True)`` + ``StreamingDataLoader``; only where ``litdata`` imports. Its pip
   dependencies pull a CUDA torch: install it beside the CPU wheel with ``pip install
   --no-deps litdata lightning-utilities``. It delivers the stored ``uint16`` tokens
-  (streambuf and the others deliver ``int64``: 4x the bytes through the workers).
+  (the others deliver ``int64``: 4x the bytes through the workers), so it is compared
+  with ``token_files(keep_dtype=True)``, which delivers them too.
 
-One run each, rate from the first batch to the last; ``x peer`` is against the plain
-reader of the same data (the packing loop; the memmap Dataset).
+Each reader runs ``--repeats`` times (3), interleaved with the others and the order
+rotated each round; the median is quoted (this machine's run-to-run spread is wide).
+Rate from the first batch to the last; ``x peer`` is against the plain reader of the
+same data and dtype (the packing loop; the memmap Dataset; LitData).
 
     python benchmarks/pack_tokens.py            # ~1 minute on 2 cores
     python benchmarks/pack_tokens.py --tiny     # a few seconds (a smoke run)
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import multiprocessing
 import tarfile
 import tempfile
 import time
@@ -120,6 +124,7 @@ def litdata_loader(flats: list[str], root: Path) -> Any:
     except ImportError:
         return None
     out = root / "litdata"
+    method = multiprocessing.get_start_method()  # (optimize sets spawn for the process)
     optimize(
         fn=_litdata_tokens,
         inputs=flats,
@@ -128,6 +133,7 @@ def litdata_loader(flats: list[str], root: Path) -> Any:
         item_loader=TokensLoader(),
         num_workers=1,
     )
+    multiprocessing.set_start_method(method, force=True)  # the other rows as without it
     ds = StreamingDataset(str(out), item_loader=TokensLoader(block_size=SEQ), shuffle=True)
     return lambda: StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS)
 
@@ -150,45 +156,80 @@ def _tokens(batch: Any) -> torch.Tensor:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="a few seconds: a smoke run")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each reader (median)")
     args = p.parse_args(argv)
     shards, docs = (4, 20) if args.tiny else (16, 400)
+    if args.tiny:
+        args.repeats = 1
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tars, flats = make_data(Path(tmp), shards, docs)
         kw = {"num_workers": WORKERS, "max_batches": 8, "max_bytes": "256MiB"}
-        runs = {
-            "tar shards: streambuf pack": lambda: sb.Loader(
-                sb.shards(tars, seed=0).decode().pack(SEQ, key="npy").batch(BATCH), **kw
+        plain_tar = "tar shards: plain packing loop + DataLoader"
+        memmap = "flat files: memmap Dataset + DataLoader"
+        lit_name = "flat files (uint16 out): LitData TokensLoader + StreamingDataLoader"
+        # reader -> (make the loader, the peer it is compared with)
+        runs: dict[str, tuple[Any, str]] = {
+            "tar shards: streambuf pack": (
+                lambda: sb.Loader(
+                    sb.shards(tars, seed=0).decode().pack(SEQ, key="npy").batch(BATCH), **kw
+                ),
+                plain_tar,
             ),
-            "tar shards: plain packing loop + DataLoader": lambda: DataLoader(
-                PlainPacking(tars), batch_size=BATCH, num_workers=WORKERS
+            plain_tar: (
+                lambda: DataLoader(PlainPacking(tars), batch_size=BATCH, num_workers=WORKERS),
+                plain_tar,
             ),
-            "flat files: streambuf token_files": lambda: sb.Loader(
-                sb.token_files(flats, seq_len=SEQ, seed=0).batch(BATCH), **kw
+            "flat files: streambuf token_files": (
+                lambda: sb.Loader(sb.token_files(flats, seq_len=SEQ, seed=0).batch(BATCH), **kw),
+                memmap,
             ),
-            "flat files: memmap Dataset + DataLoader": lambda: DataLoader(
-                MemmapBlocks(flats), batch_size=BATCH, shuffle=True, num_workers=WORKERS
+            memmap: (
+                lambda: DataLoader(
+                    MemmapBlocks(flats), batch_size=BATCH, shuffle=True, num_workers=WORKERS
+                ),
+                memmap,
             ),
         }
         lit = litdata_loader(flats, Path(tmp))
         if lit is not None:
-            runs["flat files: LitData TokensLoader + StreamingDataLoader"] = lit
-        for name, make in runs.items():
-            blocks_per_s, blocks = rate(make())
-            rows.append({"reader": name, "blocks_per_s": blocks_per_s, "blocks": blocks})
-    print(f"packed blocks of {SEQ} tokens, batches of {BATCH}, {WORKERS} workers")
+            runs["flat files (uint16 out): streambuf token_files(keep_dtype=True)"] = (
+                lambda: sb.Loader(
+                    sb.token_files(flats, seq_len=SEQ, seed=0, keep_dtype=True).batch(BATCH),
+                    **kw,
+                ),
+                lit_name,
+            )
+            runs[lit_name] = (lit, lit_name)
+        got: dict[str, list[tuple[float, int]]] = {name: [] for name in runs}
+        names = list(runs)
+        for rep in range(args.repeats):  # interleaved, the order rotated each round
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                got[name].append(rate(runs[name][0]()))
+        for name, results in got.items():
+            rates = sorted(r for r, _ in results)
+            rows.append(
+                {
+                    "reader": name,
+                    "blocks_per_s": rates[len(rates) // 2],
+                    "blocks": results[0][1],
+                    "runs": rates,
+                }
+            )
+    print(
+        f"packed blocks of {SEQ} tokens, batches of {BATCH}, {WORKERS} workers; median of "
+        f"{args.repeats} interleaved runs"
+    )
     print("| reader | blocks/s | blocks | x peer |")
     print("|---|---|---|---|")
-    for i, r in enumerate(rows):
-        base = rows[min(i - i % 2 + 1, 3)]["blocks_per_s"]  # the plain reader of the data
+    by_name = {r["reader"]: r["blocks_per_s"] for r in rows}
+    for r in rows:
+        base = by_name[runs[r["reader"]][1]]  # the peer on the same data and dtype
         print(
             f"| {r['reader']} | {r['blocks_per_s']:.0f} | {r['blocks']} | {r['blocks_per_s'] / base:.2f} |"
         )
     if lit is None:
         print("LitData: not installed (pip install --no-deps litdata lightning-utilities)")
-    else:
-        lit_rate, sb_rate = rows[4]["blocks_per_s"], rows[2]["blocks_per_s"]
-        print(f"token_files / LitData TokensLoader: {sb_rate / lit_rate:.2f}x")
     return rows
 
 

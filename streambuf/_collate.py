@@ -7,9 +7,14 @@ copied into it on arrival and dropped, so the peak is the batch plus one sample.
 a DataLoader worker the buffer is allocated in shared memory, as ``default_collate``
 does, so sending it to the main process copies nothing.
 
-Leaves that are not tensors/arrays (ints, floats, strings, ...) are gathered in lists
-and given to ``default_collate`` at the end, so the result equals ``default_collate`` of
-the same samples for tensors/arrays/numbers in nested dicts, lists and tuples. Anything
+Plain ``int``, ``float`` and ``bool`` leaves (labels, indices) become a tensor in the
+same buffer (int64, float64, bool: ``default_collate``'s dtypes), written at the end from
+the gathered values: in a worker they travel in the batch arena's slot with the rest,
+not as a tensor of their own (which torch would move to a fresh shared-memory segment,
+a file and a descriptor per batch: it halved the batch rate of small batches). Other
+leaves (strings, bytes, ...) are gathered in lists and given to ``default_collate`` at
+the end, so the result equals ``default_collate`` of the same samples for
+tensors/arrays/numbers in nested dicts, lists and tuples. Anything
 else falls back to ``default_collate`` of the gathered samples; samples whose structure
 or shapes differ within one batch are an error naming the fix.
 """
@@ -27,6 +32,10 @@ __all__ = ["Collator"]
 
 class _Mismatch(Exception):
     pass
+
+
+# plain values collated into the batch's buffer, with default_collate's dtypes
+_SCALARS = {int: torch.int64, float: torch.float64, bool: torch.bool}
 
 
 def _alloc(elem: torch.Tensor, n: int) -> torch.Tensor:
@@ -64,6 +73,11 @@ class _Builder:
             leaf = ["t", x, x.shape, x.dtype]  # the sample stands in until _allocate
             self._leaves.append(leaf)
             return leaf
+        dtype = _SCALARS.get(type(x))
+        if dtype is not None:  # a tensor leaf of shape (), written from the values at the end
+            leaf = ["t", torch.zeros((), dtype=dtype), (), dtype]
+            self._leaves.append(leaf)
+            return ("s", leaf, type(x), [], in_seq)
         if isinstance(x, dict):
             return ("d", {k: self._plan(v, in_seq=False) for k, v in x.items()})
         if isinstance(x, tuple | list) and not hasattr(x, "_fields"):
@@ -113,6 +127,8 @@ class _Builder:
             for k, sub in plan[1].items():
                 if sub[0] == "v":  # a plain value, gathered here (no call per field)
                     sub[1].append(x[k])
+                elif sub[0] == "s":
+                    sub[3].append(x[k])
                 else:
                     self._add(sub, x[k], i)
         elif kind == "l":
@@ -120,6 +136,8 @@ class _Builder:
                 raise _Mismatch
             for sub, v in zip(plan[1], x):
                 self._add(sub, v, i)
+        elif kind == "s":
+            plan[3].append(x)
         else:
             plan[1].append(x)
 
@@ -132,6 +150,13 @@ class _Builder:
         kind = plan[0]
         if kind == "t":
             return plan[1] if self.count == self.n else plan[1][: self.count]
+        if kind == "s":
+            values, want = plan[3], plan[2]
+            if all(type(v) is want for v in values):
+                out = plan[1][1] if self.count == self.n else plan[1][1][: self.count]
+                out.copy_(torch.tensor(values, dtype=out.dtype))
+                return out
+            plan = ("v", values, plan[4])  # mixed types: default_collate's own promotion
         if kind == "d":
             return {k: self._result(v) for k, v in plan[1].items()}
         if kind == "l":  # default_collate turns tuples and lists of samples into lists

@@ -32,6 +32,14 @@ SAMPLES = {
         {"a": torch.full((2,), i), "b": i, "c": (np.ones(2) * i, f"x{i}"), "d": [float(i)]}
         for i in range(7)
     ],
+    "scalars": [
+        {"label": i, "w": i / 3, "keep": i % 2 == 0, "pair": (i, -i / 2), "name": f"s{i}"}
+        for i in range(7)
+    ],
+    "floats": [i * 0.25 for i in range(7)],
+    "bools": [i % 3 == 0 for i in range(7)],
+    "int then float": [1, 2.5, 3, 4, 5.5, 6, 7],  # (default_collate's own promotion)
+    "int then bool": [{"v": 1}, {"v": True}, {"v": 3}, {"v": 4}, {"v": 5}, {"v": 6}, {"v": 7}],
 }
 
 

@@ -124,3 +124,17 @@ def test_elastic_resume_two_to_three_workers(token_root: Path) -> None:
     rest, _ = resume_and_finish(token_loader, {"workers": 3}, state, ids=block_ids)
     want = [(f"tokens-{f}.bin", b) for f, n in enumerate(SIZES) for b in range(blocks_of(n, 1))]
     counted_once([x for b in first + rest for x in b], want)
+
+
+@pytest.mark.parametrize(("dtype", "torch_dtype"), [("uint16", "uint16"), ("int32", "int32")])
+def test_keep_dtype_gives_the_files_tokens_as_stored(
+    tmp_path: Path, dtype: str, torch_dtype: str
+) -> None:
+    import torch
+
+    paths = write_files(tmp_path, dtype)
+    samples = list(sb.token_files(paths, seq_len=SEQ, dtype=dtype, keep_dtype=True))
+    assert {s["tokens"].dtype for s in samples} == {getattr(torch, torch_dtype)}
+    check_blocks(samples, {p: p for p in paths}, dtype, 0)
+    with pytest.raises(TypeError, match="keep_dtype"):
+        sb.token_files(paths, seq_len=SEQ, keep_dtype="yes")

@@ -107,4 +107,18 @@ MUTANTS += [
         "            if False:  # the consumer left",
         f"{ADAPTIVE}::test_a_reader_stuck_in_a_read_is_closed_when_it_returns",
     ),
+    _m(
+        "collate: plain numbers leave the batch's slot (a tensor of their own per batch)",
+        "streambuf/_collate.py",
+        "        dtype = _SCALARS.get(type(x))",
+        "        dtype = None",
+        "tests/test_arena.py::test_plain_numbers_travel_in_the_batch_slot",
+    ),
+    _m(
+        "collate: a batch of mixed int and float values written as the first one's dtype",
+        "streambuf/_collate.py",
+        "            if all(type(v) is want for v in values):",
+        "            if True:",
+        "tests/test_collate.py::test_equals_default_collate",
+    ),
 ]
