@@ -5,6 +5,7 @@ Public API only; see README.md and docs/design.md.
 
 from __future__ import annotations
 
+from . import audio as audio
 from . import io as io  # byte transport: open_stream, expand_urls, the shard cache
 from . import nodes as nodes  # torchdata.nodes: Prefetcher, ParallelMapper, PipelineNode
 from . import video as video
@@ -19,6 +20,7 @@ from .compose import Stage, StageState
 from .depth import DepthTuner, TunerDecision
 from .device import DevicePrefetcher
 from .errors import (
+    AudioError,
     BufferClosed,
     ShardError,
     StageError,
@@ -41,6 +43,7 @@ from .window import Window
 __version__ = "0.1.0"
 
 __all__ = [
+    "AudioError",
     "BoundedBuffer",
     "BudgetStats",
     "BufferClosed",

@@ -129,6 +129,8 @@ class PipelineStats:
             I/O, cache.
         videos: ``streambuf.video.DecodeStats`` (``video.clips()``): videos, clips,
             frames decoded and converted, seeks, failures.
+        audio: ``streambuf.audio.AudioDecodeStats`` (``audio.clips()``): files, clips,
+            samples, seeks, failures.
         mix: ``streambuf.MixStats`` (``mix()``): samples taken from each source, restarts.
         sources: a mix's sources' own ``PipelineStats``, in order.
         threads: ``ThreadStats`` of each ``map(threads="auto")`` stage, in order.
@@ -136,6 +138,7 @@ class PipelineStats:
 
     shards: Any = None
     videos: Any = None
+    audio: Any = None
     mix: Any = None
     sources: tuple[PipelineStats, ...] = ()
     threads: tuple[ThreadStats, ...] = ()

@@ -8,7 +8,8 @@ The tree::
     │   │                          shard/file (``.stage``, ``.source``); ``__cause__`` is
     │   │                          the original exception, traceback intact
     │   ├── ShardError             a shard could not be opened, read or parsed
-    │   └── VideoError             a video could not be opened or decoded
+    │   ├── VideoError             a video could not be opened or decoded
+    │   └── AudioError             an audio file could not be opened or decoded
     ├── TooManyFailures            on_error="skip" skipped more than max_failures items
     └── WorkerError                a DataLoader worker died or stopped answering
 
@@ -21,6 +22,7 @@ and adds a note (PEP 678) that names the stage and the thread or worker it ran i
 from __future__ import annotations
 
 __all__ = [
+    "AudioError",
     "BufferClosed",
     "ShardError",
     "StageError",
@@ -73,6 +75,10 @@ class ShardError(StageError):
 
 class VideoError(StageError):
     """A video could not be opened or decoded."""
+
+
+class AudioError(StageError):
+    """An audio file could not be opened or decoded, or is shorter than it says."""
 
 
 class TooManyFailures(StreambufError):

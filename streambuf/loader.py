@@ -40,6 +40,7 @@ from torch.utils.data import DataLoader
 
 from ._checkpoint import RunTracker
 from ._contracts import WorkerContext
+from ._forking import frozen_for_fork
 from ._supervise import POLL_S, Supervisor, kill_workers
 from ._transport import Failure, Tagged
 from ._units import (
@@ -345,7 +346,8 @@ class Loader:
                 with self._supervisor.waiting():
                     self._dl_iter = iter(dl)
             else:
-                self._dl_iter = iter(dl)
+                with frozen_for_fork(self._ctx.get_start_method()):  # (workers fork here)
+                    self._dl_iter = iter(dl)
                 self._supervisor = Supervisor(
                     self._dl_iter, timeout_s=self.timeout_s, poll_s=poll_s
                 )

@@ -29,9 +29,18 @@ import torch
 from torch.utils.data import default_collate
 from torch.utils.data._utils.collate import default_collate_fn_map
 
-from ..errors import VideoError
+from ..errors import StageError, VideoError
 
-__all__ = ["AudioMissing", "AudioSamples", "AudioSpec", "audio_spec", "clip_audio"]
+__all__ = [
+    "AudioMissing",
+    "AudioSamples",
+    "AudioSpec",
+    "audio_spec",
+    "clip_audio",
+    "cut",
+    "decode_range",
+    "runs",
+]
 
 AudioMissing = Literal["raise", "silence"]
 _GAP_S = 1.0  # spans closer than this are decoded in one pass (no seek between)
@@ -52,6 +61,9 @@ class AudioSamples:
         lengths: None for one clip; a batch: int64 ``[B]``, each clip's sample count.
         missing: the video has no audio stream and this is the silence
             ``audio_missing="silence"`` asked for (a batch: bool ``[B]``).
+        source, clip_index: for clips of audio files (``streambuf.audio``), the file's
+            name and the clip's position in the sampler's list (a batch: a list of
+            names, int64 ``[B]``); None for a video clip's audio (its ``Clip`` has them).
     """
 
     data: torch.Tensor
@@ -60,6 +72,8 @@ class AudioSamples:
     sample_rate: int
     lengths: torch.Tensor | None = None
     missing: bool | torch.Tensor = False
+    source: str | list[str] | None = None
+    clip_index: int | torch.Tensor | None = None
 
     @classmethod
     def collate(cls, batch: list[AudioSamples], *, collate_fn_map: Any = None) -> AudioSamples:
@@ -91,7 +105,25 @@ class AudioSamples:
             sample_rate=rates.pop(),
             lengths=torch.tensor(lengths, dtype=torch.int64),
             missing=torch.tensor([bool(a.missing) for a in batch]),
+            source=_sources(batch),
+            clip_index=_clip_indices(batch),
         )
+
+
+def _sources(batch: list[AudioSamples]) -> list[str] | None:
+    if all(a.source is None for a in batch):
+        return None
+    out: list[str] = []
+    for a in batch:
+        out.extend([a.source] if isinstance(a.source, str) else a.source or [])
+    return out
+
+
+def _clip_indices(batch: list[AudioSamples]) -> torch.Tensor | None:
+    got = [a.clip_index for a in batch]
+    if any(ci is None for ci in got):
+        return None
+    return torch.tensor([int(ci) for ci in got if ci is not None], dtype=torch.int64)
 
 
 default_collate_fn_map[AudioSamples] = AudioSamples.collate
@@ -179,19 +211,19 @@ def clip_audio(
     channels = spec.channels or stream.channels
     want = set(wanted)
     out = {}
-    for run in _runs(spans):
+    for run in runs(spans):
         if want.isdisjoint(run):
             continue
         lo = min(spans[c][0] for c in run)
         hi = max(spans[c][1] for c in run)
-        t0, samples = _decode_range(container, stream, lo, hi, rate, channels, name)
+        t0, samples = decode_range(container, stream, lo, hi, rate, channels, name)
         for c in run:
             if c in want:
-                out[c] = _cut(samples, t0, spans[c], rate)
+                out[c] = cut(samples, t0, spans[c], rate)
     return out
 
 
-def _runs(spans: dict[int, tuple[float, float]]) -> list[list[int]]:
+def runs(spans: dict[int, tuple[float, float]]) -> list[list[int]]:
     """The clips in runs decoded in one pass: by start, a new run where a clip starts
     more than ``_GAP_S`` after every earlier clip ended."""
     runs: list[list[int]] = []
@@ -205,10 +237,13 @@ def _runs(spans: dict[int, tuple[float, float]]) -> list[list[int]]:
     return runs
 
 
-def _cut(samples: np.ndarray, t0: float, span: tuple[float, float], rate: int) -> AudioSamples:
+def cut(
+    samples: np.ndarray, t0: float, span: tuple[float, float], rate: int, n: int | None = None
+) -> AudioSamples:
     """The samples of ``span`` out of ``samples`` (which start at ``t0``), zeros where
-    the span lies outside them."""
-    i0, i1 = round((span[0] - t0) * rate), round((span[1] - t0) * rate)
+    the span lies outside them; ``n``: exactly that many from the span's start."""
+    i0 = round((span[0] - t0) * rate)
+    i1 = round((span[1] - t0) * rate) if n is None else i0 + n
     data = torch.zeros((samples.shape[0], i1 - i0), dtype=torch.float32)
     a, b = max(i0, 0), min(i1, samples.shape[1])
     if b > a:
@@ -216,11 +251,23 @@ def _cut(samples: np.ndarray, t0: float, span: tuple[float, float], rate: int) -
     return AudioSamples(data, t0 + i0 / rate, (i1 - i0) / rate, rate)
 
 
-def _decode_range(
-    container: Any, stream: Any, lo: float, hi: float, rate: int, channels: int, name: str
+def decode_range(
+    container: Any,
+    stream: Any,
+    lo: float,
+    hi: float,
+    rate: int,
+    channels: int,
+    name: str,
+    *,
+    error: type[StageError] = VideoError,
+    stage: str = "video.audio",
+    damage: list[Exception] | None = None,
 ) -> tuple[float, np.ndarray]:
     """``(t0, float32 [channels, n])``: the stream's samples from at or before ``lo`` to
-    at or past ``hi``, resampled; ``t0`` the time of the first."""
+    at or past ``hi`` (or its end), resampled; ``t0`` the time of the first. A failure
+    is an ``error`` at ``stage`` naming the file; with a ``damage`` list, a decoding
+    error is appended to it instead and the samples before it are returned."""
     import av
 
     tb = float(stream.time_base)
@@ -235,9 +282,9 @@ def _decode_range(
             for frame in packet.decode():
                 if t0 is None:
                     if frame.pts is None:
-                        raise VideoError(
+                        raise error(
                             "an audio frame has no pts: cannot place the audio in time",
-                            stage="video.audio",
+                            stage=stage,
                             source=name,
                         )
                     t0 = float(frame.pts * frame.time_base)
@@ -247,14 +294,19 @@ def _decode_range(
                     done = True
             if done:
                 break
+    except av.FFmpegError as exc:
+        if damage is None:
+            raise error(
+                f"cannot decode the audio: {type(exc).__name__}: {exc}",
+                stage=stage,
+                source=name,
+            ) from exc
+        damage.append(exc)  # the caller keeps what was decoded before it
+    try:
         for o in resampler.resample(None):
             chunks.append(o.to_ndarray())
     except av.FFmpegError as exc:
-        raise VideoError(
-            f"cannot decode the audio: {type(exc).__name__}: {exc}",
-            stage="video.audio",
-            source=name,
-        ) from exc
+        raise error(f"cannot resample: {exc}", stage=stage, source=name) from exc
     if t0 is None:
         return lo, np.zeros((channels, 0), dtype=np.float32)
     samples = np.concatenate(chunks, axis=1) if chunks else np.zeros((channels, 0), np.float32)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
@@ -51,7 +51,7 @@ from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
 from .._source_kinds import SequenceSource
 from .._units import check_choice, check_int, parse_count
-from ..errors import VideoError, add_note
+from ..errors import StageError, VideoError, add_note
 from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
 from ..pipeline import Pipeline
 from ..sharding import Equalize, Sharding
@@ -178,7 +178,7 @@ class VideoAccess:
 
     def __init__(
         self,
-        reader: VideoReader,
+        reader: Any,  # a VideoReader (an AudioReader for streambuf.audio)
         source: Sequence[Any],
         *,
         ctx: WorkerContext,
@@ -189,8 +189,8 @@ class VideoAccess:
         self.source = source
         self.ctx = ctx
         self.stride, self.offset = stride, offset
-        self.policy = FailurePolicy(reader.on_error, reader.max_failures, stage=_STAGE)
-        self.stats = DecodeStats()
+        self.policy = FailurePolicy(reader.on_error, reader.max_failures, stage=self.kind)
+        self.stats = self.stats_type()
         self._lock = threading.Lock()
 
     def name(self, shard: int) -> str:
@@ -202,7 +202,7 @@ class VideoAccess:
     def _clips(self, shard: int, keep: Callable[[int], bool]) -> Iterator[Clip]:
         index, url = self.source[shard]
         name = redact(url, secrets=self.r._secrets)
-        stats = DecodeStats()
+        stats = self.stats_type()
         try:
             src = open_source(
                 url,
@@ -213,16 +213,37 @@ class VideoAccess:
         except ImportError:
             raise
         except Exception as exc:
-            err = VideoError(
-                f"cannot open video: {type(exc).__name__}: {redact(exc, secrets=self.r._secrets)}",
-                stage="video.open",
+            err = self.error_type(
+                f"cannot open {self.kind}: {type(exc).__name__}: "
+                f"{redact(exc, secrets=self.r._secrets)}",
+                stage=f"{self.kind}.open",
                 source=name,
             )
             stats.failures += 1
             self._add(stats)
-            self.policy.handle(err, source=name, error_type=VideoError)
+            self.policy.handle(err, source=name, error_type=self.error_type)
             return
-        gen = decode_clips(
+        gen = self._decode(src, index=index, name=name, stats=stats, keep=keep)
+        try:
+            yield from gen
+        except BaseException as exc:
+            add_note(exc, f"streambuf: while decoding {self.kind} {name}")
+            raise
+        finally:
+            gen.close()
+            if not isinstance(src, str):
+                src.close()
+            self._add(stats)
+
+    kind = "video"  # in messages ("cannot open video") and error stages ("video.open")
+    stats_type: type = DecodeStats  # the counters of one file, added up per worker
+    error_type: type[StageError] = VideoError
+
+    def _decode(
+        self, src: Any, *, index: int, name: str, stats: Any, keep: Callable[[int], bool]
+    ) -> Generator[Any, None, None]:
+        """The clips of one opened file (``clip_index`` their sampler position)."""
+        return decode_clips(
             src,
             sampler=self.r.sampler,
             seed=self.ctx.seed,
@@ -238,20 +259,10 @@ class VideoAccess:
             keep=keep,
             audio=self.r.audio,
         )
-        try:
-            yield from gen
-        except BaseException as exc:
-            add_note(exc, f"streambuf: while decoding video {name}")
-            raise
-        finally:
-            gen.close()
-            if not isinstance(src, str):
-                src.close()
-            self._add(stats)
 
-    def _add(self, stats: DecodeStats) -> None:
+    def _add(self, stats: Any) -> None:
         with self._lock:
-            for f in fields(DecodeStats):
+            for f in fields(self.stats_type):
                 setattr(self.stats, f.name, getattr(self.stats, f.name) + getattr(stats, f.name))
             self.r.counters.add(self.ctx.worker, asdict(stats))
 

@@ -58,8 +58,8 @@ MUTANTS = [
     m(
         "stage share is half of max_bytes instead of a quarter",
         "streambuf/loader.py",
-        "stage_total = self.max_bytes // 4 if",
-        "stage_total = self.max_bytes // 2 if",
+        "stage_total = rest // 4 if",
+        "stage_total = rest // 2 if",
         "tests/test_loader_budget.py",
     ),
     m(

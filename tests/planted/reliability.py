@@ -114,4 +114,11 @@ MUTANTS = [
         "                close = None\n                if close",
         "tests/sources/test_adaptive_lanes.py::test_a_reader_stuck_in_a_read_is_closed_when_it_returns",
     ),
+    _m(
+        "forked workers collect (and finalize) the parent's garbage",
+        "streambuf/loader.py",
+        "with frozen_for_fork(self._ctx.get_start_method()):",
+        "with frozen_for_fork(None):",
+        "tests/test_forking.py",
+    ),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.planted._mutant import planted
 
 A = "tests/video/test_audio.py"
+F = "tests/video/test_audio_files.py"
 
 _m = planted("video2")
 
@@ -44,5 +45,26 @@ MUTANTS = [
         "            lengths=torch.tensor(lengths, dtype=torch.int64),",
         "            lengths=torch.tensor([longest] * len(batch), dtype=torch.int64),",
         f"{A}::test_a_batch_pads_to_the_longest_and_counts_every_sample",
+    ),
+    _m(
+        "audio files: times not counted from the stream's start (an mp3 late by its delay)",
+        "streambuf/audio/decode.py",
+        "        t0 -= origin  # the file's time: 0 at its first sample",
+        "        pass",
+        f"{F}::test_lossy_files_place_their_bursts_in_time",
+    ),
+    _m(
+        "audio files: a clip one sample short",
+        "streambuf/audio/decode.py",
+        "    n = round(seconds * rate)",
+        "    n = round(seconds * rate) - 1",
+        f"{F}::test_clips_by_timestamps_are_exact_to_the_sample",
+    ),
+    _m(
+        "audio files: a clip past a truncation filled with zeros",
+        "streambuf/audio/decode.py",
+        "            if spans[ci][1] > end + (0.0 if damage else _SHORT_S):",
+        "            if False:",
+        f"{F}::test_a_truncated_file_is_named_or_skipped_and_counted",
     ),
 ]

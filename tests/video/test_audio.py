@@ -241,7 +241,7 @@ def test_member_clips_carry_audio(av_dir: Path, tmp_path: Path) -> None:
     shard = tmp_path / "av-000.tar"
     with tarfile.open(shard, "w") as tar:
         tar.add(av_dir / "av2.mp4", arcname="s0.mp4")
-    sampler = sb.video.clips_at_random_indices(num_clips=2, num_frames_per_clip=6)
+    sampler = sb.video.clips_at_random_indices(num_clips=2, num_frames_per_clip=12)
     pipe = sb.shards([str(shard)]).map(
         sb.video.decode_member("mp4", sampler=sampler, audio={"sample_rate": 16000})
     )
