@@ -16,22 +16,21 @@ import io
 import os
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
-from .._contracts import ReaderRun, WorkerContext
 from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
 from .._shared import SharedInt
 from .._source_kinds import SequenceSource
 from .._units import check_int, parse_count
 from ..errors import AudioError, StageError
-from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
+from ..io.urls import UrlSpec, expand_urls, secrets_of
 from ..pipeline import Pipeline
 from ..sharding import Sharding
 from ..video.audio import AudioSamples
-from ..video.member import sample_index
+from ..video.member import member_bytes, sample_index
 from ..video.probe import _import_av
-from ..video.source import VideoAccess
+from ..video.source import LaneReader, VideoAccess
 from .decode import AudioDecodeStats, decode_audio_clips
 from .samplers import AudioClipSampler
 
@@ -51,53 +50,6 @@ def _check(sampler: Any, sample_rate: Any, channels: Any) -> None:
     for arg, value in (("sample_rate", sample_rate), ("channels", channels)):
         if value is not None:
             check_int(value, name=arg, minimum=1)
-
-
-@dataclass(frozen=True)
-class AudioReader:
-    """The ``SourceReader`` of ``clips()``: configuration only, picklable."""
-
-    sampler: AudioClipSampler
-    sample_rate: int | None = None
-    channels: int | None = None
-    threads: int = 2
-    on_error: OnError = "raise"
-    max_failures: int | None = None
-    storage_options: Mapping[str, Any] | None = None
-    cache_dir: str | None = None
-    cache_limit: int | None = None
-    default_bytes: int = _DEFAULT_STAGE_BYTES
-    _secrets: tuple[str, ...] = field(default=(), repr=False)
-    counters: SharedCounters = field(
-        default_factory=lambda: SharedCounters(_COUNTERS), compare=False, repr=False
-    )
-
-    def stats(self) -> PipelineStats:
-        """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
-        return PipelineStats(audio=AudioDecodeStats(**self.counters.totals()))
-
-    def lanes(self) -> tuple[int, str]:
-        return max(1, self.threads), "round_robin"
-
-    def open(
-        self,
-        source: Sequence[Any],
-        /,
-        *,
-        ctx: WorkerContext,
-        stage_bytes: int | None,
-        stride: int,
-        offset: int,
-    ) -> ReaderRun:
-        lanes, _ = self.lanes()
-        return ReaderRun(
-            access=AudioAccess(self, source, ctx=ctx, stride=stride, offset=offset),
-            lanes=lanes,
-            order="round_robin",
-            max_items=_ITEMS_PER_LANE * lanes,
-            max_bytes=stage_bytes or self.default_bytes,
-            name="audio",
-        )
 
 
 class AudioAccess(VideoAccess):
@@ -123,6 +75,33 @@ class AudioAccess(VideoAccess):
             name=name,
             keep=keep,
         )
+
+
+@dataclass(frozen=True)
+class AudioReader(LaneReader):
+    """The ``SourceReader`` of ``clips()``: configuration only, picklable."""
+
+    sampler: AudioClipSampler
+    sample_rate: int | None = None
+    channels: int | None = None
+    threads: int = 2
+    on_error: OnError = "raise"
+    max_failures: int | None = None
+    storage_options: Mapping[str, Any] | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
+    default_bytes: int = _DEFAULT_STAGE_BYTES
+    _secrets: tuple[str, ...] = field(default=(), repr=False)
+    access_type: ClassVar[type[VideoAccess]] = AudioAccess
+    stage_name: ClassVar[str] = "audio"
+    items_per_lane: ClassVar[int] = _ITEMS_PER_LANE
+    counters: SharedCounters = field(
+        default_factory=lambda: SharedCounters(_COUNTERS), compare=False, repr=False
+    )
+
+    def stats(self) -> PipelineStats:
+        """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
+        return PipelineStats(audio=AudioDecodeStats(**self.counters.totals()))
 
 
 def clips(
@@ -226,25 +205,11 @@ class AudioMemberDecoder:
         self._epoch.value = int(epoch)
 
     def __call__(self, sample: Mapping[str, Any], /) -> list[AudioSamples]:
-        url, key = sample.get("__url__"), sample.get("__key__")
-        field = next((f for f in self.fields if f in sample), None)
-        name = redact(f"{url}#{key}.{field or self.fields[0]}")
-        if field is None:
-            have = sorted(k for k in sample if not str(k).startswith("__"))
-            err = AudioError(
-                f"sample has no field {' or '.join(map(repr, self.fields))} "
-                f"(fields: {', '.join(have) or 'none'}); pass decode_member(field=...)",
-                stage="audio.open",
-                source=name,
-            )
-            self._policy.handle(err, source=name, error_type=AudioError)
+        found = member_bytes(sample, self.fields, self._policy, AudioError, "audio")
+        if found is None:
             return []
-        data = sample[field]
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(
-                f"field {field!r} of {name} holds {type(data).__name__}, not bytes; "
-                "decode_member needs the raw member (do not decode it first)"
-            )
+        name, data = found
+        url, key = sample.get("__url__"), sample.get("__key__")
         out = list(
             decode_audio_clips(
                 io.BytesIO(data),

@@ -26,7 +26,7 @@ from typing import Any
 
 from .._failures import FailurePolicy, OnError
 from .._shared import SharedInt
-from ..errors import VideoError
+from ..errors import StageError, VideoError
 from ..io.urls import redact
 from .audio import AudioMissing, AudioSpec, audio_spec
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
@@ -42,6 +42,38 @@ def sample_index(url: object, key: object) -> int:
     """A stable non-negative 63-bit number for a sample (its generator's third seed)."""
     digest = hashlib.blake2b(f"{url}\0{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
+
+
+def member_bytes(
+    sample: Mapping[str, Any],
+    fields: tuple[str, ...],
+    policy: FailurePolicy,
+    error: type[StageError],
+    kind: str,
+) -> tuple[str, bytes | bytearray | memoryview] | None:
+    """``(name, raw bytes)`` of the first of ``fields`` in ``sample``; a sample without
+    any is an ``error`` at stage "<kind>.open" handed to ``policy`` (None when skipped);
+    a field holding anything but bytes is a ``TypeError`` (decoded too early)."""
+    url, key = sample.get("__url__"), sample.get("__key__")
+    field = next((f for f in fields if f in sample), None)
+    name = redact(f"{url}#{key}.{field or fields[0]}")
+    if field is None:
+        have = sorted(k for k in sample if not str(k).startswith("__"))
+        err = error(
+            f"sample has no field {' or '.join(map(repr, fields))} "
+            f"(fields: {', '.join(have) or 'none'}); pass decode_member(field=...)",
+            stage=f"{kind}.open",
+            source=name,
+        )
+        policy.handle(err, source=name, error_type=error)
+        return None
+    data = sample[field]
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"field {field!r} of {name} holds {type(data).__name__}, not bytes; "
+            "decode_member needs the raw member (do not decode it first)"
+        )
+    return name, data
 
 
 class MemberDecoder:
@@ -90,25 +122,11 @@ class MemberDecoder:
         self._epoch.value = int(epoch)
 
     def __call__(self, sample: Mapping[str, Any], /) -> list[Clip]:
-        url, key = sample.get("__url__"), sample.get("__key__")
-        field = next((f for f in self.fields if f in sample), None)
-        name = redact(f"{url}#{key}.{field or self.fields[0]}")
-        if field is None:
-            fields = sorted(k for k in sample if not str(k).startswith("__"))
-            err = VideoError(
-                f"sample has no field {' or '.join(map(repr, self.fields))} "
-                f"(fields: {', '.join(fields) or 'none'}); pass decode_member(field=...)",
-                stage="video.open",
-                source=name,
-            )
-            self._policy.handle(err, source=name, error_type=VideoError)
+        found = member_bytes(sample, self.fields, self._policy, VideoError, "video")
+        if found is None:
             return []
-        data = sample[field]
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(
-                f"field {field!r} of {name} holds {type(data).__name__}, not bytes; "
-                "decode_member needs the raw member (do not decode it first)"
-            )
+        name, data = found
+        url, key = sample.get("__url__"), sample.get("__key__")
         out = list(
             decode_clips(
                 io.BytesIO(data),

@@ -44,7 +44,7 @@ import os
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from .._contracts import ReaderRun, WorkerContext
 from .._counters import PipelineStats, SharedCounters
@@ -108,61 +108,6 @@ def open_source(
             return local
     f: IO[bytes] = fsspec.open(url, "rb", **dict(storage_options or {})).open()
     return f
-
-
-@dataclass(frozen=True)
-class VideoReader:
-    """The ``SourceReader`` of ``clips()``: configuration only, picklable.
-
-    The pipeline's shards are ``(index, url)`` pairs; ``open`` is called inside each
-    worker with that worker's share and builds a ``VideoAccess`` for its lanes.
-    """
-
-    sampler: ClipSampler
-    width: int | None = None
-    height: int | None = None
-    layout: Layout = "TCHW"
-    ffmpeg_threads: int = 1
-    threads: int = 2
-    on_error: OnError = "raise"
-    max_failures: int | None = None
-    storage_options: Mapping[str, Any] | None = None
-    cache_dir: str | None = None
-    cache_limit: int | None = None
-    audio: AudioSpec | None = None
-    default_bytes: int = _DEFAULT_STAGE_BYTES
-    _secrets: tuple[str, ...] = field(default=(), repr=False)
-    counters: SharedCounters = field(
-        default_factory=lambda: SharedCounters(_DECODE), compare=False, repr=False
-    )
-
-    def stats(self) -> PipelineStats:
-        """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
-        return PipelineStats(videos=DecodeStats(**self.counters.totals()))
-
-    def lanes(self) -> tuple[int, str]:
-        """``(lanes, order)`` a slot's videos are decoded with: one lane per thread."""
-        return max(1, self.threads), "round_robin"
-
-    def open(
-        self,
-        source: Sequence[Any],
-        /,
-        *,
-        ctx: WorkerContext,
-        stage_bytes: int | None,
-        stride: int,
-        offset: int,
-    ) -> ReaderRun:
-        lanes, _ = self.lanes()
-        return ReaderRun(
-            access=VideoAccess(self, source, ctx=ctx, stride=stride, offset=offset),
-            lanes=lanes,
-            order="round_robin",
-            max_items=_ITEMS_PER_LANE * lanes,
-            max_bytes=stage_bytes or self.default_bytes,
-            name=_STAGE,
-        )
 
 
 class VideoAccess:
@@ -281,6 +226,76 @@ class VideoAccess:
 
     def close(self) -> None:
         pass  # lanes stop at their next reservation; each closes its container
+
+
+class LaneReader:
+    """``lanes()`` and ``open()`` of a reader whose files are decoded on lane threads
+    (videos, audio files): one lane per thread, round robin, ``items_per_lane`` items
+    queued per lane within the stage byte grant; a subclass names its ``Access`` and
+    stage and holds ``threads`` and ``default_bytes``."""
+
+    access_type: ClassVar[type[VideoAccess]]
+    stage_name: ClassVar[str]
+    items_per_lane: ClassVar[int] = _ITEMS_PER_LANE
+    threads: int
+    default_bytes: int
+
+    def lanes(self) -> tuple[int, str]:
+        """``(lanes, order)`` a slot's files are decoded with: one lane per thread."""
+        return max(1, self.threads), "round_robin"
+
+    def open(
+        self,
+        source: Sequence[Any],
+        /,
+        *,
+        ctx: WorkerContext,
+        stage_bytes: int | None,
+        stride: int,
+        offset: int,
+    ) -> ReaderRun:
+        lanes, _ = self.lanes()
+        return ReaderRun(
+            access=self.access_type(self, source, ctx=ctx, stride=stride, offset=offset),
+            lanes=lanes,
+            order="round_robin",
+            max_items=self.items_per_lane * lanes,
+            max_bytes=stage_bytes or self.default_bytes,
+            name=self.stage_name,
+        )
+
+
+@dataclass(frozen=True)
+class VideoReader(LaneReader):
+    """The ``SourceReader`` of ``clips()``: configuration only, picklable.
+
+    The pipeline's shards are ``(index, url)`` pairs; ``open`` is called inside each
+    worker with that worker's share and builds a ``VideoAccess`` for its lanes.
+    """
+
+    sampler: ClipSampler
+    width: int | None = None
+    height: int | None = None
+    layout: Layout = "TCHW"
+    ffmpeg_threads: int = 1
+    threads: int = 2
+    on_error: OnError = "raise"
+    max_failures: int | None = None
+    storage_options: Mapping[str, Any] | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
+    audio: AudioSpec | None = None
+    default_bytes: int = _DEFAULT_STAGE_BYTES
+    _secrets: tuple[str, ...] = field(default=(), repr=False)
+    access_type: ClassVar[type[VideoAccess]] = VideoAccess
+    stage_name: ClassVar[str] = _STAGE
+    counters: SharedCounters = field(
+        default_factory=lambda: SharedCounters(_DECODE), compare=False, repr=False
+    )
+
+    def stats(self) -> PipelineStats:
+        """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
+        return PipelineStats(videos=DecodeStats(**self.counters.totals()))
 
 
 def fixed_clip_count(sampler: ClipSampler) -> int | None:
