@@ -155,6 +155,12 @@ class Source(Protocol):
         """What it counted, summed over every worker that read it (``Pipeline.stats()``)."""
         ...
 
+    def decodes_on(self) -> str | None:
+        """The device its samples are decoded onto (a video reader's
+        ``decoder="cuda"``), or None: host memory. Such a source runs only in the
+        training process (a Loader refuses workers for it)."""
+        ...
+
 
 class PipelineView(Protocol):
     """What ``_iteration``, ``_state`` and ``mixing`` read of a ``Pipeline`` (its

@@ -45,6 +45,10 @@ class SequenceSource:
     def buffers(self) -> bool:
         return self.reader is not None  # items and expand= are read inline
 
+    def decodes_on(self) -> str | None:
+        decoder = getattr(self.reader, "decoder", "cpu")
+        return None if decoder == "cpu" else str(decoder)
+
     def num_shards(self) -> int:
         return len(self.shards)
 
@@ -154,6 +158,9 @@ class IterableSource:
 
     state_kind = "none"
     buffers = False
+
+    def decodes_on(self) -> None:
+        return None
 
     def num_shards(self) -> None:
         return None

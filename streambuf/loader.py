@@ -168,6 +168,15 @@ class Loader:
             raise ValueError("give log= or log_every_s=, not both (log_every_s=s is log_every(s))")
         self._log = log if log_every_s is None else StatsLog(log_every_s)
         self.use_arena = check_bool(arena, name="arena")
+        on = pipeline._decodes_on()
+        if num_workers and on is not None:
+            raise ValueError(
+                f"num_workers={num_workers}: this pipeline decodes onto {on!r} (decoder="
+                f"{on!r}), which runs only in the training process (worker processes cannot "
+                "hand device memory to it without a copy, and a forked child cannot use a "
+                "CUDA context); use num_workers=0 (clips(threads=) decodes several videos "
+                "at once), or decoder='cpu' with workers"
+            )
         min_depth = num_workers if in_order else 1
         if num_workers and self.max_batches < min_depth:
             raise ValueError(

@@ -104,6 +104,9 @@ class MixSpec:
     def num_shards(self) -> int:
         return len(self.pipelines)
 
+    def decodes_on(self) -> str | None:
+        return next((d for p in self.pipelines if (d := p._decodes_on())), None)
+
     def names(self) -> None:
         return None  # identified by count; the sources' own lists are in fingerprint()
 

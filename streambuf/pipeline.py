@@ -258,6 +258,10 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         (a reader's lanes, a mix's sources)."""
         return self._src.buffers or any(s.buffers for s in self._stages)
 
+    def _decodes_on(self) -> str | None:
+        """The device the source decodes onto (``Source.decodes_on``), None: host."""
+        return self._src.decodes_on()
+
     def _fixed_stage_bytes(self) -> int:
         """Bytes the stages hold in each copy whatever the budget (``pack``'s block)."""
         return sum(s.fixed_bytes() for s in self._stages)

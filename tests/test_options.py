@@ -164,6 +164,8 @@ def test_clips_rejects_bad_options(tmp_path):
         ("on_error", "drop"),
         ("max_failures", -1),
         ("shuffle_videos", "no"),
+        ("decoder", "gpu"),
+        ("decoder", None),
     ]:
         with pytest.raises((TypeError, ValueError), match=option):
             clips(video, sampler=s, **{option: value})

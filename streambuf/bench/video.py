@@ -132,17 +132,44 @@ def _count(batches: Any, *, nested: bool = False) -> int:
     return sum(int(b.shape[0] * (b.shape[1] if nested else 1)) for b in batches)
 
 
-def _streambuf(paths: list[str], cfg: Config) -> dict[str, Any]:
+def cuda_decoder() -> str | None:
+    """Why ``decoder="cuda"`` cannot run here, or None when it can (a CUDA device and
+    PyAV's cuda hwaccel): the GPU row is measured only where it can."""
+    from streambuf.video.gpu import check_decoder
+
+    try:
+        check_decoder("cuda")
+    except (ValueError, ImportError) as exc:
+        return str(exc)
+    return None
+
+
+def _streambuf(paths: list[str], cfg: Config, decoder: str = "cpu") -> dict[str, Any]:
     import streambuf as sb
     import streambuf.video as sv
 
+    # decoder="cuda" decodes in this process (NVDEC): as many videos at once as the
+    # CPU rows' workers x lanes
+    on_gpu = decoder != "cpu"
+    lanes = cfg.workers * cfg.lanes if on_gpu else cfg.lanes
     pipe = sv.clips(
-        paths, sampler=_sampler(cfg), width=cfg.size, height=cfg.size, seed=0, threads=cfg.lanes
+        paths,
+        sampler=_sampler(cfg),
+        width=cfg.size,
+        height=cfg.size,
+        seed=0,
+        threads=lanes,
+        decoder=decoder,
     )
     with sb.Loader(
-        pipe.batch(cfg.batch), num_workers=cfg.workers, max_batches=8, max_bytes="512MiB"
+        pipe.batch(cfg.batch),
+        num_workers=0 if on_gpu else cfg.workers,
+        max_batches=8,
+        max_bytes="512MiB",
     ) as loader:
         n = sum(int(b.data.shape[0]) for b in loader)
+        if on_gpu:
+            torch.cuda.synchronize()  # the conversions launched are part of the time
         work = pipe.stats().videos
         return {
             "samples": n,
@@ -180,6 +207,11 @@ def _variants(paths: list[str], cfg: Config, torchcodec: str | None) -> tuple[di
     v: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
         "streambuf video.clips + Loader": ("streambuf", lambda: _streambuf(paths, cfg))
     }
+    if cuda_decoder() is None:  # NVDEC, in the training process (streambuf.video.gpu)
+        v["streambuf video.clips decoder='cuda' + Loader(num_workers=0)"] = (
+            "streambuf-cuda",
+            lambda: _streambuf(paths, cfg, "cuda"),
+        )
     for pf in cfg.prefetch_factors:
         v[f"PyAV seek-per-clip pf={pf}"] = (
             "seek-per-clip",
@@ -235,7 +267,7 @@ def _rows(
     ]
     delivered = expected * cfg.frames_per_clip
     for row in rows:  # decode work: frames decoded per frame delivered
-        if row["kind"] == "streambuf":
+        if row["kind"] in ("streambuf", "streambuf-cuda"):
             last = row["runs"][-1]
             row["decoded_per_delivered"] = last["frames_decoded"] / last["frames_delivered"]
         elif row["kind"] == "seek-per-clip":
@@ -293,6 +325,7 @@ def _measure(mode: str, config: Config | None = None) -> dict[str, Any]:
         "torchcodec": torchcodec or "imported",
         "torchcodec_resize": None if torchcodec else torchcodec_resize_mode(),
         "same_frames": {str(k): v for k, v in same.items()},
+        "cuda_decoder": cuda_decoder() or "measured",
         "rows": rows,
         "decode_overhead": overhead,
     }
@@ -300,19 +333,28 @@ def _measure(mode: str, config: Config | None = None) -> dict[str, Any]:
 
 def _headline(report: dict[str, Any]) -> list[Headline | None]:
     c, tc = report["config"], report["torchcodec"]
-    return [
-        versus(
-            [r for r in report["rows"] if r["gop"] == gop],
-            "clips_per_s",
-            workload=f"video {c['height']}p, GOP {gop} frames ({gop / c['fps']:.1f} s)",
-            metric="clips/s",
-            how=f"random {c['frames_per_clip']}-frame clips, {c['clips_per_video']}/video, "
-            f"{c['workers']} workers, batch {c['batch']}, -> {c['size']}x{c['size']}"
-            + ("" if tc == "imported" else "; torchcodec " + tc),
-            peers=lambda r: r["kind"] in ("seek-per-clip", "torchcodec"),
-        )
-        for gop in c["gops"]
-    ]
+    how = (
+        f"random {c['frames_per_clip']}-frame clips, {c['clips_per_video']}/video, "
+        f"{c['workers']} workers, batch {c['batch']}, -> {c['size']}x{c['size']}"
+        + ("" if tc == "imported" else "; torchcodec " + tc)
+    )
+    lines = []
+    for gop in c["gops"]:
+        rows = [r for r in report["rows"] if r["gop"] == gop]
+        for kind, label in (("streambuf", ""), ("streambuf-cuda", ", decoder='cuda' (NVDEC)")):
+            lines.append(
+                versus(
+                    rows,
+                    "clips_per_s",
+                    workload=f"video {c['height']}p, GOP {gop} frames ({gop / c['fps']:.1f} s)"
+                    + label,
+                    metric="clips/s",
+                    how=how,
+                    mine=lambda r, kind=kind: r["kind"] == kind,  # type: ignore[misc]
+                    peers=lambda r: r["kind"] in ("seek-per-clip", "torchcodec"),
+                )
+            )
+    return [h for h in lines if h is not None]
 
 
 def _title(report: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ from torch.utils.data._utils.collate import default_collate_fn_map
 from .._failures import FailurePolicy, OnError
 from ..errors import VideoError
 from .audio import AudioMissing, AudioSamples, AudioSpec, audio_spec, clip_audio
+from .gpu import check_decoder, hwaccel, to_rgb
 from .probe import VideoInfo, VideoSource, _import_av, build_index, open_video, source_name
 from .samplers import ClipSampler, sampler_rng
 
@@ -152,6 +153,7 @@ def decode_clips(
     keep: Callable[[int], bool] | None = None,
     audio: bool | dict[str, int | None] | AudioSpec | None = None,
     audio_missing: AudioMissing = "raise",
+    decoder: str = "cpu",
 ) -> Generator[Clip, None, None]:
     """Yield the clips ``sampler`` picks from ``source``, decoded with PyAV.
 
@@ -180,6 +182,9 @@ def decode_clips(
             (``streambuf.video.audio``); None: frames only.
         audio_missing: a video without an audio stream: "raise" (``VideoError``, stage
             "video.audio") or "silence" (zeros flagged ``missing``; needs a sample_rate).
+        decoder: "cpu" (FFmpeg's software decoder, swscale; default) or "cuda" /
+            "cuda:N": NVDEC through PyAV's hwaccel, converted and resized on the device,
+            clips returned on it (``streambuf.video.gpu``).
 
     Yields:
         ``Clip`` objects (order: see the module docstring).
@@ -190,7 +195,8 @@ def decode_clips(
             "video.decode" (corrupt data), naming the file; with "skip" the video's
             remaining clips are dropped instead.
         TooManyFailures: more than ``max_failures`` videos were skipped.
-        ValueError: bad arguments (raised here, before anything is opened).
+        ValueError: bad arguments (raised here, before anything is opened), including
+            ``decoder="cuda"`` without a CUDA device or PyAV's cuda hwaccel.
     """
     if layout not in _LAYOUTS:
         raise ValueError(f"layout={layout!r} must be one of {_LAYOUTS}")
@@ -205,6 +211,7 @@ def decode_clips(
             "streambuf.video.clips_at_random_indices(...)"
         )
     spec = audio if isinstance(audio, AudioSpec) else audio_spec(audio, audio_missing)
+    device = check_decoder(decoder)
     if policy is None:
         policy = FailurePolicy(on_error, max_failures, stage="video")
     _import_av()  # fail here, not on first next(), when PyAV is missing
@@ -220,6 +227,7 @@ def decode_clips(
         name,
         keep,
         spec,
+        device,
     )
 
 
@@ -235,11 +243,13 @@ def _decode(
     name: str | None,
     keep: Callable[[int], bool] | None,
     spec: AudioSpec | None,
+    device: torch.device | None = None,
 ) -> Generator[Clip, None, None]:
     av = _import_av()
     name = name or source_name(source)
+    accel = None if device is None else hwaccel(device)
     try:
-        with open_video(source, name=name) as (container, stream):
+        with open_video(source, name=name, hwaccel=accel) as (container, stream):
             info = build_index(container, stream, name)
             stats.videos += 1
             try:
@@ -259,7 +269,17 @@ def _decode(
                     spans = _spans(info, clips, range(len(clips)))
                     sound = clip_audio(container, spans, wanted, spec, name)
                 yield from _emit(
-                    container, stream, info, clips, wanted, size, layout, name, stats, sound
+                    container,
+                    stream,
+                    info,
+                    clips,
+                    wanted,
+                    size,
+                    layout,
+                    name,
+                    stats,
+                    sound,
+                    device,
                 )
             except (av.FFmpegError, _Missing) as exc:
                 raise VideoError(
@@ -304,11 +324,10 @@ def _emit(
     name: str,
     stats: DecodeStats,
     sound: dict[int, AudioSamples] | None = None,
+    device: torch.device | None = None,
 ) -> Iterator[Clip]:
-    from av.video.reformatter import VideoReformatter
-
     kwargs = _output_size(info, size)
-    sws = VideoReformatter()  # reused: one swscale context for the whole video
+    convert = _converter(kwargs, name, device)
     slots: dict[int, list[tuple[int, int]]] = defaultdict(list)  # frame -> (clip, slot)
     for ci in wanted:
         for t, i in enumerate(clips[ci]):
@@ -318,15 +337,14 @@ def _emit(
         by_last[max(clips[ci])].append(ci)
     pending: dict[int, torch.Tensor] = {}  # clip index -> its tensor, being filled
     for i, frame in _forward_frames(container, stream, info, sorted(slots), stats):
-        converted = sws.reformat(frame, format="rgb24", threads=1, **kwargs)
-        rgb = torch.from_numpy(converted.to_ndarray())  # HWC, a view of `converted`
+        rgb = convert(frame)
         stats.frames_converted += 1
         for ci, t in slots[i]:
             out = pending.get(ci)
             if out is None:
-                out = pending[ci] = _alloc(len(clips[ci]), rgb.shape, layout)
+                out = pending[ci] = _alloc(len(clips[ci]), rgb.shape, layout, rgb.device)
             _put_frame(out, t, rgb, layout)
-        del rgb, converted
+        del rgb, frame
         for ci in by_last.get(i, ()):
             stats.clips += 1  # counted when handed out, even if the consumer stops here
             idx = clips[ci]
@@ -340,10 +358,28 @@ def _emit(
             )
 
 
-def _alloc(frames: int, hwc: torch.Size, layout: Layout) -> torch.Tensor:
+def _converter(
+    size: dict[str, int], name: str, device: torch.device | None
+) -> Callable[[Any], torch.Tensor]:
+    """Frame -> RGB uint8 ``(H, W, 3)``: swscale on the CPU (one context reused for the
+    whole video), or ``gpu.to_rgb`` on the device the frames were decoded on."""
+    if device is not None:
+        return lambda frame: to_rgb(frame, size, name)
+    from av.video.reformatter import VideoReformatter
+
+    sws = VideoReformatter()
+
+    def swscale(frame: Any) -> torch.Tensor:
+        converted = sws.reformat(frame, format="rgb24", threads=1, **size)
+        return torch.from_numpy(converted.to_ndarray())  # HWC, a view of `converted`
+
+    return swscale
+
+
+def _alloc(frames: int, hwc: torch.Size, layout: Layout, device: torch.device) -> torch.Tensor:
     h, w, c = hwc
     shape = {"TCHW": (frames, c, h, w), "THWC": (frames, h, w, c), "CTHW": (c, frames, h, w)}
-    return torch.empty(shape[layout], dtype=torch.uint8)
+    return torch.empty(shape[layout], dtype=torch.uint8, device=device)
 
 
 def _put_frame(out: torch.Tensor, t: int, rgb: torch.Tensor, layout: Layout) -> None:

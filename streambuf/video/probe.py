@@ -175,10 +175,13 @@ class VideoInfo:
 
 
 @contextmanager
-def open_video(source: VideoSource, *, name: str | None = None) -> Iterator[tuple[Any, Any]]:
+def open_video(
+    source: VideoSource, *, name: str | None = None, hwaccel: Any = None
+) -> Iterator[tuple[Any, Any]]:
     """Open ``source`` and yield ``(container, first video stream)``; always closes.
 
-    ``name`` is used in messages (default: ``source_name(source)``).
+    ``name`` is used in messages (default: ``source_name(source)``); ``hwaccel``: PyAV's
+    ``HWAccel`` to decode with (``streambuf.video.gpu``), None: software.
 
     Raises:
         VideoError: stage "video.open" when the file cannot be opened or has no video.
@@ -188,7 +191,8 @@ def open_video(source: VideoSource, *, name: str | None = None) -> Iterator[tupl
     if not isinstance(source, str | os.PathLike) and hasattr(source, "seek"):
         source.seek(0)  # a file object probed before must be read from its start again
     try:
-        container = av.open(os.fspath(source) if isinstance(source, os.PathLike) else source)
+        target = os.fspath(source) if isinstance(source, os.PathLike) else source
+        container = av.open(target) if hwaccel is None else av.open(target, hwaccel=hwaccel)
     except Exception as exc:  # anything failing here means "cannot open this file"
         raise VideoError(
             f"cannot open video: {type(exc).__name__}: {exc}", stage="video.open", source=name

@@ -57,6 +57,7 @@ from ..pipeline import Pipeline
 from ..sharding import Equalize, Sharding
 from .audio import AudioMissing, AudioSpec, audio_spec
 from .decode import _LAYOUTS, Clip, DecodeStats, Layout, decode_clips
+from .gpu import check_decoder
 from .probe import _import_av
 from .samplers import ClipSampler
 
@@ -203,6 +204,7 @@ class VideoAccess:
             name=name,
             keep=keep,
             audio=self.r.audio,
+            decoder=self.r.decoder,
         )
 
     def _add(self, stats: Any) -> None:
@@ -285,6 +287,7 @@ class VideoReader(LaneReader):
     cache_dir: str | None = None
     cache_limit: int | None = None
     audio: AudioSpec | None = None
+    decoder: str = "cpu"
     default_bytes: int = _DEFAULT_STAGE_BYTES
     _secrets: tuple[str, ...] = field(default=(), repr=False)
     access_type: ClassVar[type[VideoAccess]] = VideoAccess
@@ -331,6 +334,7 @@ def clips(
     world_size: int | None = None,
     audio: bool | dict[str, int | None] | None = None,
     audio_missing: AudioMissing = "raise",
+    decoder: str = "cpu",
 ) -> Pipeline:
     """A ``Pipeline`` of ``Clip`` objects decoded from ``videos`` (see the module docstring).
 
@@ -374,6 +378,11 @@ def clips(
         audio_missing: a video without audio: "raise" (``VideoError``, stage
             "video.audio", naming it) or "silence" (zeros, ``missing=True``; needs
             ``sample_rate``).
+        decoder: "cpu" (default: FFmpeg's software decoders, swscale) or "cuda" /
+            "cuda:N": NVDEC through PyAV's hwaccel, colour conversion and resize on the
+            device, clips delivered on it (``streambuf.video.gpu``). Runs in the
+            training process only: ``Loader(num_workers=0)``; ``max_bytes`` then bounds
+            the clips held on the device.
 
     Raises:
         ValueError, TypeError: bad arguments (before any worker starts).
@@ -395,6 +404,7 @@ def clips(
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
     spec = audio_spec(audio, audio_missing)
+    check_decoder(decoder)  # here, not in the first lane: no CUDA is a ValueError now
     from ..sources.options import check_cache_options
 
     folder, limit = check_cache_options(cache_dir, cache_limit)
@@ -431,6 +441,7 @@ def clips(
         cache_dir=folder,
         cache_limit=limit,
         audio=spec,
+        decoder=decoder,
         _secrets=secrets_of(storage_options),
     )
     from .._compact import IndexedStrList, StrList

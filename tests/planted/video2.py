@@ -7,6 +7,7 @@ from tests.planted._mutant import planted
 
 A = "tests/video/test_audio.py"
 F = "tests/video/test_audio_files.py"
+G = "tests/video/test_gpu_decode.py"
 
 _m = planted("video2")
 
@@ -66,5 +67,40 @@ MUTANTS = [
         "            if spans[ci][1] > end + (0.0 if damage else _SHORT_S):",
         "            if False:",
         f"{F}::test_a_truncated_file_is_named_or_skipped_and_counted",
+    ),
+    _m(
+        "gpu decode: the frame's colour matrix ignored (BT.709 read as BT.601)",
+        "streambuf/video/gpu.py",
+        'matrix = _MATRIX_OF_COLORSPACE.get(int(frame.colorspace), "601")',
+        'matrix = "601"',
+        f"{G}::test_conversion_matches_swscale_and_reads_matrix_and_range_from_the_frame",
+    ),
+    _m(
+        "gpu decode: full-range (JPEG) frames converted as limited range",
+        "streambuf/video/gpu.py",
+        "full_range=int(frame.color_range) == _JPEG_RANGE)",
+        "full_range=False)",
+        f"{G}::test_conversion_matches_swscale_and_reads_matrix_and_range_from_the_frame",
+    ),
+    _m(
+        "gpu decode: 4:4:4 planes converted as 4:2:0 (wrong colours, no error)",
+        "streambuf/video/gpu.py",
+        "        if len(planes) == 3 and all(tuple(p.shape) == half for p in planes[1:]):",
+        "        if len(planes) == 3:",
+        f"{G}::test_a_format_it_cannot_convert_is_named",
+    ),
+    _m(
+        "gpu decode: the Loader starts workers for a pipeline decoding onto the device",
+        "streambuf/loader.py",
+        "        if num_workers and on is not None:",
+        "        if False:",
+        f"{G}::test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device",
+    ),
+    _m(
+        "gpu decode: a mix does not say its source decodes onto the device",
+        "streambuf/mixing.py",
+        "return next((d for p in self.pipelines if (d := p._decodes_on())), None)",
+        "return None",
+        f"{G}::test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device",
     ),
 ]

@@ -1,0 +1,156 @@
+"""``decoder="cuda"`` (streambuf.video.gpu): what can run without a GPU runs here.
+
+The device path is PyAV's hwaccel (NVDEC) plus a torch colour conversion and resize on
+the frames' device. On a CPU the conversion runs on the same kind of planes (DLPack views
+of nv12 / yuv420p frames) and is compared with swscale; the option is refused where it
+is built when there is no CUDA device; a Loader refuses worker processes for such a
+pipeline. The end-to-end test needs a CUDA device and is skipped, saying so, without one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import streambuf as sb
+from streambuf.errors import VideoError
+from streambuf.video import clips, clips_at_random_indices, decode_clips
+from streambuf.video.gpu import to_rgb, yuv420_to_rgb
+
+av = pytest.importorskip("av")
+from av.video.reformatter import ColorRange, Colorspace  # noqa: E402
+
+SAMPLER = clips_at_random_indices(num_clips=2, num_frames_per_clip=4)
+
+
+def _colourful(height: int = 48, width: int = 64) -> np.ndarray:
+    yy, xx = np.mgrid[0:height, 0:width]
+    return np.stack([(xx * 4) % 256, (yy * 5) % 256, ((xx + yy) * 2) % 256], -1).astype(np.uint8)
+
+
+def _diff(a: torch.Tensor | np.ndarray, b: np.ndarray) -> tuple[float, int]:
+    d = np.abs(np.asarray(a, dtype=np.int64) - b.astype(np.int64))
+    return float(d.mean()), int(d.max())
+
+
+@pytest.mark.parametrize("fmt", ["nv12", "yuv420p"])
+@pytest.mark.parametrize("full", [False, True], ids=["limited", "full"])
+@pytest.mark.parametrize("space", ["601", "709"])
+def test_conversion_matches_swscale_and_reads_matrix_and_range_from_the_frame(
+    fmt: str, full: bool, space: str
+) -> None:
+    cs = Colorspace.ITU601 if space == "601" else Colorspace.ITU709
+    rg = ColorRange.JPEG if full else ColorRange.MPEG
+    frame = av.VideoFrame.from_ndarray(_colourful(), format="rgb24").reformat(
+        format=fmt, dst_colorspace=cs, dst_color_range=rg
+    )
+    ref = frame.reformat(format="rgb24", src_colorspace=cs, src_color_range=rg).to_ndarray()
+    out = to_rgb(frame, {}, "synthetic")
+    assert out.dtype == torch.uint8 and tuple(out.shape) == ref.shape
+    mean, worst = _diff(out, ref)
+    assert mean <= 2.0 and worst <= 6, (mean, worst)  # rounding and chroma siting only
+    # the same planes read with the other matrix or range are far off: the frame's own
+    # colorspace and range were used, not a default
+    y, *chroma = (torch.from_dlpack(p) for p in frame.planes)
+    u, v = (chroma[0][..., 0], chroma[0][..., 1]) if fmt == "nv12" else chroma
+    other = yuv420_to_rgb(y, u, v, matrix="709" if space == "601" else "601", full_range=full)
+    swapped = yuv420_to_rgb(y, u, v, matrix=space, full_range=not full)
+    assert _diff(other, ref)[0] > 2 * mean + 2
+    assert _diff(swapped, ref)[0] > 2 * mean + 2
+
+
+@pytest.mark.parametrize("size", [None, (32, 24), (96, 72)], ids=["coded", "shrink", "grow"])
+def test_decoded_frames_convert_like_swscale(videos, size) -> None:
+    """Frames decoded from a real H.264 file (yuv420p), and the same frames as nv12
+    (what NVDEC gives): RGB within a few levels of swscale's, resized too."""
+    kwargs = {} if size is None else {"width": size[0], "height": size[1]}
+    with av.open(str(videos["h264_bframes"])) as container:
+        frames = [f for _, f in zip(range(6), container.decode(video=0), strict=False)]
+    for frame in frames:
+        ref = frame.reformat(format="rgb24", **kwargs).to_ndarray().astype(np.int64)
+        for f in (frame, frame.reformat(format="nv12")):
+            out = to_rgb(f, kwargs, "h264_bframes")
+            assert tuple(out.shape) == ref.shape
+            d = np.abs(out.numpy().astype(np.int64) - ref)
+            if size is None:  # the same pixels: rounding only (measured: max 3)
+                assert d.max() <= 4, (f.format.name, d.max())
+            else:  # another filter: the moving block's edges differ (measured: mean
+                # 2.5-3.1, 99th percentile 9)
+                assert d.mean() <= 4.0 and np.percentile(d, 99) <= 14, (f.format.name, size)
+
+
+def test_a_format_it_cannot_convert_is_named(videos) -> None:
+    with av.open(str(videos["odd_size"])) as container:  # yuv444p
+        frame = next(container.decode(video=0))
+    with pytest.raises(VideoError, match=r"yuv444p.*decoder='cpu'") as err:
+        to_rgb(frame, {}, "odd_size.mp4")
+    assert err.value.source == "odd_size.mp4" and err.value.stage == "video.decode"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_device_is_refused_where_the_pipeline_is_built(videos) -> None:
+    path = str(videos["h264_bframes"])
+    with pytest.raises(ValueError, match=r"decoder='cuda'.*CUDA is not available"):
+        clips([path], sampler=SAMPLER, decoder="cuda")
+    with pytest.raises(ValueError, match=r"decoder='cuda:1'.*CUDA is not available"):
+        decode_clips(path, sampler=SAMPLER, decoder="cuda:1")
+    with pytest.raises(ValueError, match=r"decoder='gpu' must be 'cpu', 'cuda' or 'cuda:N'"):
+        clips([path], sampler=SAMPLER, decoder="gpu")
+    with pytest.raises(TypeError, match="decoder=0"):
+        clips([path], sampler=SAMPLER, decoder=0)  # type: ignore[arg-type]
+
+
+def _on_device(pipe: sb.Pipeline) -> sb.Pipeline:
+    """``pipe`` with its video reader set to decode onto a device (what clips() builds
+    with decoder='cuda' where one exists; its options are checked there, not here)."""
+    src = pipe._src
+    reader = dataclasses.replace(src.reader, decoder="cuda")
+    return sb.Pipeline._of(dataclasses.replace(src, reader=reader), pipe._sharding)
+
+
+def test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device(videos) -> None:
+    on_device = _on_device(clips([str(videos["h264_bframes"])], sampler=SAMPLER))
+    assert on_device._decodes_on() == "cuda"
+    mixed = sb.mix([on_device, clips([str(videos["mpeg4"])], sampler=SAMPLER)], weights=[1, 1])
+    for p in (on_device.batch(2), mixed.batch(2)):
+        with pytest.raises(
+            ValueError, match=r"num_workers=2: .*decodes onto 'cuda'.*num_workers=0"
+        ):
+            sb.Loader(p, num_workers=2, max_batches=4, max_bytes="64MiB")
+        sb.Loader(p, num_workers=0, max_batches=4, max_bytes="64MiB").close()  # accepted
+    plain = clips([str(videos["h264_bframes"])], sampler=SAMPLER).batch(2)
+    assert plain._decodes_on() is None
+    sb.Loader(plain, num_workers=2, max_batches=4, max_bytes="64MiB").close()
+
+
+def _cuda_hwaccel() -> str | None:
+    """Why the device test cannot run here, or None when it can."""
+    if not torch.cuda.is_available():
+        return "needs a CUDA device (decoder='cuda' decodes with NVDEC); none in this process"
+    from av.codec.hwaccel import hwdevices_available
+
+    if "cuda" not in hwdevices_available():
+        return "this PyAV's FFmpeg has no cuda hwaccel"
+    return None
+
+
+@pytest.mark.skipif(_cuda_hwaccel() is not None, reason=str(_cuda_hwaccel()))
+def test_cuda_clips_match_cpu_clips_and_stay_on_the_device(videos) -> None:
+    path = str(videos["h264_bframes"])
+    kw = {"sampler": SAMPLER, "seed": 3, "width": 32, "height": 24}
+    cpu = {int(c.clip_index): c for c in decode_clips(path, **kw)}
+    gpu = {int(c.clip_index): c for c in decode_clips(path, decoder="cuda", **kw)}
+    assert cpu.keys() == gpu.keys()
+    for ci, c in cpu.items():
+        g = gpu[ci]
+        assert g.data.device.type == "cuda" and g.data.shape == c.data.shape
+        assert torch.equal(g.pts_seconds, c.pts_seconds)
+        mean, _ = _diff(g.data.cpu(), c.data.numpy())
+        assert mean <= 3.0, (ci, mean)
+    pipe = clips([path] * 4, sampler=SAMPLER, width=32, height=24, decoder="cuda").batch(2)
+    with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="8MiB") as loader:
+        batches = list(loader)
+    assert len(batches) == 4 and all(b.data.device.type == "cuda" for b in batches)
