@@ -46,6 +46,8 @@ class SharedCounters:
     """Counts of one pipeline summed over every process that runs it (module
     docstring): ``add(worker, deltas)`` in a worker, ``totals()`` anywhere."""
 
+    rows = _SLOTS  # worker w writes row w % rows
+
     def __init__(self, names: Sequence[str]) -> None:
         self.names = tuple(names)
         self._raw: Any = multiprocessing.RawArray("q", _SLOTS * len(self.names))

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from .resources import cpu_limit, cpu_seconds
 
-__all__ = ["START_THREADS", "ThreadTuner"]
+__all__ = ["START_THREADS", "Lead", "ThreadTuner"]
 
 START_THREADS = 4  # where a climb begins
 
@@ -221,3 +222,30 @@ class ThreadTuner:
         count (what it measured before stays)."""
         if self._state != "settled":
             self._skip()
+
+    def adopt(self, count: int) -> None:
+        """The count was set from outside (a follower took its leader's, ``Lead``) and
+        this tuner decides again from now: a new check from ``count`` (within the
+        limit), its interval back at the start."""
+        self.count = max(1, min(int(count), self.limit()))
+        self._interval = self.min_interval_s
+        self._check()
+
+
+class Lead(Protocol):
+    """One decision for every worker process of a stage (``threads="auto"``).
+
+    The workers of a Loader run the same stage on equal shares, so the count that suits
+    one suits all; and a worker measuring alone sees its own change confounded with the
+    others' (each adds threads at its own moment, and with in-order delivery a worker's
+    rate is tied to the slowest one's). So worker 0 (the *leader*) runs the climb and
+    publishes its count; the others (followers) take it, within their own limit, and
+    run their own climb only while the leader is not running the stage (it ended its
+    share, or has none).
+    """
+
+    leader: bool
+
+    def count(self) -> int | None:
+        """The leader's thread count while it runs the stage, else None."""
+        ...

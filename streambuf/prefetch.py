@@ -26,7 +26,9 @@ for its next result *before* pulling it, so results being made count against
   shrinks when fewer threads deliver clearly more (a GIL-bound function). Lanes start as the count grows; a lane
   above the count parks before it reserves room for its next item, after committing the
   one it made (nothing is dropped, nothing held while parked); order, bounds and errors
-  are those of a fixed count. ``tuner.history`` records every change.
+  are those of a fixed count. ``tuner.history`` records every change. In a Loader the
+  stage's copies in all workers share one decision (``lead``: worker 0 climbs, the others
+  take its count; ``streambuf._tuner.Lead``).
 
 Errors: an exception in the source or in ``fn`` is re-raised in the consumer, the same
 object with its original traceback and a note naming the stage, thread and item index;
@@ -45,7 +47,7 @@ from typing import Any, Generic, TypeVar
 
 from ._inline import InlineChooser
 from ._lanes import AGAIN, LaneRunner
-from ._tuner import START_THREADS, ThreadTuner
+from ._tuner import START_THREADS, Lead, ThreadTuner
 from ._units import parse_count
 from .errors import add_note
 from .sizing import nbytes
@@ -57,6 +59,7 @@ __all__ = ["ThreadPrefetcher", "prefetch"]
 T = TypeVar("T")
 _END = object()
 MAX_THREADS = 64  # threads="auto": the default ceiling per process
+_FOLLOW_EVERY = 8  # a follower reads its leader's count every this many items
 
 
 def parse_threads(threads: Any, max_threads: Any = None) -> tuple[int, bool]:
@@ -102,6 +105,9 @@ class ThreadPrefetcher(Generic[T]):
         max_threads: with ``threads="auto"``: the most threads (default 64).
         on_threads: with ``threads="auto"``: called with the count when iteration
             starts, at each change, and with 0 when the stage closes (a gauge).
+        lead: with ``threads="auto"``: one decision for the stage's copies in every
+            worker (``streambuf._tuner.Lead``): a follower takes the leader's count
+            while the leader runs, and climbs on its own otherwise. None: decide alone.
         fn: applied to each item on a producer thread; identity if None.
         ordered: deliver in source order (True) or as soon as ready (False).
         sizeof: bytes of one output item; ``streambuf.nbytes`` by default.
@@ -127,6 +133,7 @@ class ThreadPrefetcher(Generic[T]):
         adaptive: bool = False,
         max_threads: int | None = None,
         on_threads: Callable[[int], None] | None = None,
+        lead: Lead | None = None,
     ) -> None:
         self._threads_n, auto = parse_threads(threads, max_threads)
         self._source = iterable
@@ -148,6 +155,9 @@ class ThreadPrefetcher(Generic[T]):
         start = min(START_THREADS, self._threads_n, parse_count(max_items, name="max_items"))
         self._active = start if auto else self._threads_n
         self._on_threads = on_threads
+        self._lead = lead if auto and lead is not None and not lead.leader else None
+        self._ticks = 0  # items delivered (a follower reads its leader's count every few)
+        self._following = False  # the count is the leader's (own climb paused)
         window: Window[T] = Window(
             lanes=self._threads_n,
             order="sequence" if ordered else "first_ready",
@@ -255,10 +265,26 @@ class ThreadPrefetcher(Generic[T]):
 
     def _tick(self) -> None:
         tuner = self.tuner
-        if tuner is not None:
-            count = tuner.tick()
-            if count is not None:
-                self._set_threads(count)
+        if tuner is None:
+            return
+        lead = self._lead
+        if lead is not None:  # a follower: the leader's count while it runs
+            self._ticks += 1
+            if self._ticks % _FOLLOW_EVERY == 1:
+                want = lead.count()
+                if want is not None:
+                    want = max(1, min(want, self._threads_n, self._room()))
+                    if want != self._active:
+                        self._set_threads(want)
+                    self._following = True
+                elif self._following:  # the leader is gone: climb from here alone
+                    self._following = False
+                    tuner.adopt(self._active)
+            if self._following:
+                return
+        count = tuner.tick()
+        if count is not None:
+            self._set_threads(count)
 
     def _stop_producers(self) -> None:
         with self._pause:

@@ -222,6 +222,7 @@ class Map(Stage):
                 name=self.name,
                 adaptive=self.adaptive,
                 on_threads=_thread_gauge(self.counters) if auto else None,
+                lead=_thread_lead(self.counters) if auto else None,
             ),
         )
 
@@ -230,6 +231,28 @@ def _probed(env: Env, k: int, pf: ThreadPrefetcher[Rec]) -> Iterator[Rec]:
     """``pf``'s items, its window registered as what stage ``k`` holds."""
     env.held[k] = pf.held
     return iter(pf)
+
+
+class _WorkerZeroLead:
+    """The ``Lead`` of a map stage in a Loader: worker 0 leads; a follower reads worker
+    0's row of the stage's shared thread gauges (its count, and whether it runs)."""
+
+    def __init__(self, counters: SharedCounters, worker: int) -> None:
+        self.leader = worker == 0
+        self._raw, (self._threads, self._running) = counters.slots(0, ("threads", "running"))
+
+    def count(self) -> int | None:
+        running, threads = self._raw[self._running], self._raw[self._threads]
+        return int(threads) if running > 0 and threads > 0 else None
+
+
+def _thread_lead(counters: SharedCounters | None) -> _WorkerZeroLead | None:
+    """One thread count for the stage in every worker (``streambuf._tuner.Lead``), or
+    None (no shared gauges; or more workers than gauge rows, where rows are shared)."""
+    worker, workers = current_worker()
+    if counters is None or workers > counters.rows:
+        return None
+    return _WorkerZeroLead(counters, worker)
 
 
 def _thread_gauge(counters: SharedCounters | None) -> Callable[[int], None] | None:

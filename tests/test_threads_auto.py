@@ -176,6 +176,9 @@ class Scripted:
     def restart(self) -> None:
         pass
 
+    def adopt(self, count: int) -> None:
+        self.count = count
+
 
 def jittery(x: int) -> int:
     time.sleep(random.random() * 0.002)  # threads finish out of order
@@ -397,6 +400,9 @@ class Churning:
     def restart(self) -> None:
         pass
 
+    def adopt(self, count: int) -> None:
+        self.count = count
+
 
 def test_resume_is_exact_while_threads_are_added_and_retired(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import importlib
@@ -404,3 +410,102 @@ def test_resume_is_exact_while_threads_are_added_and_retired(monkeypatch) -> Non
     module = importlib.import_module("streambuf.prefetch")  # the name is also a function
     monkeypatch.setattr(module, "ThreadTuner", Churning)
     check_resume(auto_pipeline, num_workers=(0, 2), stops=(1, 5, 17, "last"))
+
+
+# -- one decision for every worker: worker 0 leads, the others follow -----------------------
+def test_adopt_checks_again_from_the_count_it_is_given() -> None:
+    clocks = Clocks()
+    t = tuner(clocks, max_threads=64)
+    drive(t, clocks, latency_bound, 400)
+    t.adopt(8)  # a follower whose leader stopped: it decides again from 8
+    assert t.count == 8
+    assert drive(t, clocks, latency_bound, 800)[:1] == [16]  # and climbs from there
+
+
+class ScriptedLead:
+    """A follower's ``Lead``: the leader's count is whatever the test sets (None: the
+    leader is not running the stage)."""
+
+    leader = False
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+
+    def count(self) -> int | None:
+        return self.value
+
+
+def two_ms(x: int) -> int:
+    time.sleep(0.002)
+    return x
+
+
+def test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_stops() -> None:
+    lead = ScriptedLead()
+    lead.value = 12
+    p = ThreadPrefetcher(
+        range(3000),
+        max_items=64,
+        max_bytes="1MiB",
+        threads="auto",
+        fn=two_ms,
+        lead=lead,
+        max_threads=16,
+    )
+    seen: dict[str, list[int]] = {"12": [], "40": [], "3": [], "alone": []}
+    phase = "12"
+    out = []
+    for i, x in enumerate(p):
+        out.append(x)
+        seen[phase].append(p.threads)
+        if i == 300:
+            phase, lead.value = "40", 40  # above max_threads: capped at 16
+        elif i == 600:
+            phase, lead.value = "3", 3
+        elif i == 900:
+            phase, lead.value = "alone", None
+    assert out == list(range(3000))
+    assert seen["12"][16:] == [12] * len(seen["12"][16:])  # taken from the first items
+    assert set(seen["40"][16:]) == {16}
+    assert set(seen["3"][16:]) == {3}
+    # the leader gone: the follower's own climb resumes from 3 (a waiting function: up)
+    assert seen["alone"][0] == 3 and max(seen["alone"]) > 3, sorted(set(seen["alone"]))
+
+
+def _lead_in_a_child(counters, go, done) -> None:  # type: ignore[no-untyped-def]
+    from streambuf.stages import _thread_gauge
+
+    show = _thread_gauge(counters)  # this process is worker 0: the leader's row
+    assert show is not None
+    show(7)
+    go.set()
+    done.wait(30)
+    show(0)  # the stage closed
+
+
+def test_followers_read_the_leaders_count_across_processes() -> None:
+    import multiprocessing
+
+    from streambuf._counters import THREAD_COUNTS, SharedCounters
+    from streambuf.stages import _WorkerZeroLead
+
+    ctx = multiprocessing.get_context("fork")
+    counters = SharedCounters(THREAD_COUNTS)
+    follower = _WorkerZeroLead(counters, worker=1)
+    assert not follower.leader and _WorkerZeroLead(counters, worker=0).leader
+    assert follower.count() is None  # no leader running yet
+    go, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_lead_in_a_child, args=(counters, go, done))
+    child.start()
+    try:
+        assert go.wait(30)
+        assert follower.count() == 7
+        done.set()
+        child.join(30)
+        assert child.exitcode == 0
+        assert follower.count() is None  # the leader's stage closed
+    finally:
+        done.set()
+        child.join(5)
+        if child.is_alive():
+            child.kill()

@@ -14,7 +14,8 @@ beat both. Compared in one run, interleaved:
   counts (4 workers x 1, 2, 4, 16 threads) and ``threads="auto"`` (the count chosen at
   run time: it must match the best fixed count). streambuf's rows run 3-4x the
   batches of the others (``threads="auto"`` needs a few seconds to settle where every
-  worker tunes at once on saturated CPUs; the fixed counts run as long).
+  worker tunes at once on saturated CPUs; the fixed counts run as long); and the
+  ablation ``"auto"`` with each worker climbing alone (no leader: ``streambuf._tuner.Lead``).
 
 A **CPU-bound** section beside it: the same samples with no sleep at all (2 ms of pure
 Python each), streambuf ``threads=1`` against ``threads="auto"`` (the controller must not
@@ -97,6 +98,10 @@ def configs(mode: str, cpu_iters: int) -> list[dict[str, Any]]:
     for k in s["ladder"]:
         out.append(dict(sb, threads=k, name=f"streambuf {w}x{k} threads"))
     out.append(dict(sb, threads="auto", name=f"streambuf {w}x auto threads"))
+    if mode != "tiny":  # the ablation: every worker climbing alone (no leader)
+        out.append(
+            dict(sb, threads="auto", ablate="lead", name=f"streambuf {w}x auto, each worker alone")
+        )
     # CPU-bound: no sleep, 2 ms of pure Python a sample
     cpu = dict(sb, latency_s=0.0, section="cpu")
     out.append(dict(cpu, threads=1, name=f"cpu-bound: streambuf {w}x1 thread"))

@@ -232,7 +232,15 @@ def chosen_threads(counts: list[tuple[float, int]]) -> tuple[int, float] | None:
 
 
 def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Iterate the loader ``cfg`` describes once; the report (see the module docstring)."""
+    """Iterate the loader ``cfg`` describes once; the report (see the module docstring).
+
+    ``cfg["ablate"] == "lead"`` (an ablation, in a process of its own): every worker's
+    ``threads="auto"`` climbs alone (no ``Lead``: worker 0 does not decide for all).
+    """
+    if cfg.get("ablate") == "lead":
+        import streambuf.stages as stages
+
+        stages._thread_lead = lambda counters: None
     maker = SampleMaker.from_config(cfg)
     n = cfg["batches"] * cfg["batch_size"]
     t_build = time.perf_counter()

@@ -92,4 +92,32 @@ MUTANTS += [
         "            if self._stopped:\n                return _END\n",
         "::test_paused_lanes_hold_no_room_while_the_consumer_drains[8-False]",
     ),
+    _m(
+        "followers ignore the leader (every worker climbs alone)",
+        "streambuf/prefetch.py",
+        "        self._lead = lead if auto and lead is not None and not lead.leader else None",
+        "        self._lead = None",
+        "::test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_stops",
+    ),
+    _m(
+        "a follower takes the leader's count past its own max_threads",
+        "streambuf/prefetch.py",
+        "                    want = max(1, min(want, self._threads_n, self._room()))",
+        "                    want = max(1, want)",
+        "::test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_stops",
+    ),
+    _m(
+        "a follower whose leader stopped never climbs again",
+        "streambuf/prefetch.py",
+        "                elif self._following:  # the leader is gone: climb from here alone",
+        "                elif False:",
+        "::test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_stops",
+    ),
+    _m(
+        "adopt keeps the old count (a follower climbs from where it was, not the leader's)",
+        "streambuf/_tuner.py",
+        "        self.count = max(1, min(int(count), self.limit()))",
+        "        pass",
+        "::test_adopt_checks_again_from_the_count_it_is_given",
+    ),
 ]
