@@ -142,7 +142,9 @@ class Loader:
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
         self.pipeline = pipeline
         self.max_batches = parse_count(max_batches, name="max_batches")
-        if num_workers == "auto":
+        if num_workers == "auto" and pipeline._decodes_on() is not None:
+            num_workers = 0  # it decodes onto a device: in this process only (below)
+        elif num_workers == "auto":
             # recommend()'s count, within what max_batches credits in order (one batch
             # per worker at least) and the shared counters' rows
             cap = self.max_batches if in_order is True else 64

@@ -353,6 +353,12 @@ def mix(
                 "one at a time from their positions (a mix does, on resume); pass all "
                 "the sources to one mix() with their weights multiplied out"
             )
+        if p._decodes_on() != pipelines[0]._decodes_on():
+            raise ValueError(
+                f"mix(): source {i} decodes onto {p._decodes_on() or 'host memory'} and "
+                f"source 0 onto {pipelines[0]._decodes_on() or 'host memory'}: their "
+                "samples could not be batched together; give every source the same decoder"
+            )
         held = [s.name for s in p._stages if not getattr(s, "replays", True)]
         if held:
             raise ValueError(

@@ -165,10 +165,11 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
     ) -> Pipeline:
         """Apply ``fn`` to each item, on ``threads`` threads inside each worker.
 
-        ``threads="auto"``: the count is chosen by measurement in each worker (up to
-        ``max_threads``, default 64, and what ``max_bytes`` has room for): it grows while
-        the rate rises and shrinks when fewer threads deliver clearly more (a GIL-bound
-        function; docs/design.md, "Autotuned parallelism"); pin a number to turn it off.
+        ``threads="auto"``: the count is chosen by measurement (up to ``max_threads``,
+        default 64, and what ``max_bytes`` has room for): it grows while the rate rises
+        and shrinks when fewer threads deliver clearly more (a GIL-bound function); in a
+        Loader, worker 0 measures and every worker takes its count (docs/design.md,
+        "Autotuned parallelism"); pin a number to turn it off.
 
         ``adaptive`` (default): while running ``fn`` inline in the worker's own thread
         measures faster than the threads (a cheap function holding the GIL), it runs
@@ -434,6 +435,16 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         )
 
     def __iter__(self) -> Iterator[Any]:
+        on = self._decodes_on()
+        if on is not None:
+            from torch.utils.data import get_worker_info
+
+            if get_worker_info() is not None:
+                raise RuntimeError(
+                    f"this pipeline decodes onto {on!r} and runs only in the training "
+                    "process: iterate it with num_workers=0 (streambuf.Loader refuses "
+                    "workers for it), or use decoder='cpu' in DataLoader workers"
+                )
         ctx = self.context()
         resume, progress, ctx = _state.plan_pipeline(self, ctx, self._resume)
         self._resume = None

@@ -26,9 +26,10 @@ for its next result *before* pulling it, so results being made count against
   shrinks when fewer threads deliver clearly more (a GIL-bound function). Lanes start as the count grows; a lane
   above the count parks before it reserves room for its next item, after committing the
   one it made (nothing is dropped, nothing held while parked); order, bounds and errors
-  are those of a fixed count. ``tuner.history`` records every change. In a Loader the
-  stage's copies in all workers share one decision (``lead``: worker 0 climbs, the others
-  take its count; ``streambuf._tuner.Lead``).
+  are those of a fixed count. ``tuner.history`` records every change the tuner made. In
+  a Loader the stage's copies in all workers share one decision (``lead``: worker 0
+  climbs, the others take its count; ``streambuf._tuner.Lead``); a follower's changes
+  are the leader's, not in its own tuner's history.
 
 Errors: an exception in the source or in ``fn`` is re-raised in the consumer, the same
 object with its original traceback and a note naming the stage, thread and item index;
@@ -280,6 +281,8 @@ class ThreadPrefetcher(Generic[T]):
                 elif self._following:  # the leader is gone: climb from here alone
                     self._following = False
                     tuner.adopt(self._active)
+                    if tuner.count != self._active:  # the room shrank meanwhile
+                        self._set_threads(tuner.count)
             if self._following:
                 return
         count = tuner.tick()

@@ -509,3 +509,73 @@ def test_followers_read_the_leaders_count_across_processes() -> None:
         child.join(5)
         if child.is_alive():
             child.kill()
+
+
+def test_a_follower_stays_within_its_own_byte_room() -> None:
+    item = 64 << 10
+
+    def slow_bytes(x: int) -> bytes:
+        time.sleep(0.002)
+        return bytes(item)
+
+    lead = ScriptedLead()
+    lead.value = 12  # the leader runs 12; this follower's bytes have room for 5
+    p = ThreadPrefetcher(
+        range(300), max_items=64, max_bytes=5 * item, threads="auto", fn=slow_bytes, lead=lead
+    )
+    counts = [p.threads for _ in p]
+    assert max(counts[40:]) <= 5 and min(counts[40:]) >= 1, sorted(set(counts))
+
+
+class ByWorker:
+    """In place of ThreadTuner in Loader workers (forked: inherited): worker 0 climbs to
+    9 threads, every other worker's own climb would go to 1."""
+
+    def __init__(self, *, max_threads: int, room: Callable[[], int], start: int = 4) -> None:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        self.target = 9 if info is None or info.id == 0 else 1
+        self.count, self.n = start, 0
+
+    def tick(self) -> int | None:
+        self.n += 1
+        if self.n >= 4 and self.count != self.target:
+            self.count = self.target
+            return self.count
+        return None
+
+    def restart(self) -> None:
+        pass
+
+    def adopt(self, count: int) -> None:
+        self.count = count
+
+
+def slow(x: int) -> int:
+    time.sleep(0.002)
+    return x
+
+
+def test_loader_workers_take_worker_0s_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    module = importlib.import_module("streambuf.prefetch")  # the name is also a function
+    monkeypatch.setattr(module, "ThreadTuner", ByWorker)
+    pipe = sb.Pipeline(range(2000)).map(slow, threads="auto", max_threads=16).batch(16)
+    totals = []
+    with sb.Loader(
+        pipe,
+        num_workers=2,
+        max_batches=4,
+        max_bytes="64MiB",
+        timeout_s=60,
+        multiprocessing_context="fork",
+    ) as loader:
+        out = []
+        for b in loader:
+            out.extend(b.tolist())
+            totals.append(pipe.stats().threads[0].threads)
+    assert sorted(out) == list(range(2000))
+    # worker 1 runs worker 0's 9 threads, not the 1 its own climb would choose
+    assert totals.count(18) >= len(totals) // 2, totals

@@ -333,15 +333,25 @@ def _measure(mode: str, config: Config | None = None) -> dict[str, Any]:
 
 def _headline(report: dict[str, Any]) -> list[Headline | None]:
     c, tc = report["config"], report["torchcodec"]
-    how = (
-        f"random {c['frames_per_clip']}-frame clips, {c['clips_per_video']}/video, "
-        f"{c['workers']} workers, batch {c['batch']}, -> {c['size']}x{c['size']}"
-        + ("" if tc == "imported" else "; torchcodec " + tc)
+
+    def how(workers: str) -> str:
+        return (
+            f"random {c['frames_per_clip']}-frame clips, {c['clips_per_video']}/video, "
+            f"{workers}, batch {c['batch']}, -> {c['size']}x{c['size']}"
+            + ("" if tc == "imported" else "; torchcodec " + tc)
+        )
+
+    cpu_workers = f"{c['workers']} workers"
+    gpu_workers = (
+        f"streambuf in-process, {c['workers'] * c['lanes']} lanes; peers {c['workers']} workers"
     )
     lines = []
     for gop in c["gops"]:
         rows = [r for r in report["rows"] if r["gop"] == gop]
-        for kind, label in (("streambuf", ""), ("streambuf-cuda", ", decoder='cuda' (NVDEC)")):
+        for kind, label, workers in (
+            ("streambuf", "", cpu_workers),
+            ("streambuf-cuda", ", decoder='cuda' (NVDEC)", gpu_workers),
+        ):
             lines.append(
                 versus(
                     rows,
@@ -349,7 +359,7 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
                     workload=f"video {c['height']}p, GOP {gop} frames ({gop / c['fps']:.1f} s)"
                     + label,
                     metric="clips/s",
-                    how=how,
+                    how=how(workers),
                     mine=lambda r, kind=kind: r["kind"] == kind,  # type: ignore[misc]
                     peers=lambda r: r["kind"] in ("seek-per-clip", "torchcodec"),
                 )

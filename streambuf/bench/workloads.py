@@ -235,7 +235,8 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
     """Iterate the loader ``cfg`` describes once; the report (see the module docstring).
 
     ``cfg["ablate"] == "lead"`` (an ablation, in a process of its own): every worker's
-    ``threads="auto"`` climbs alone (no ``Lead``: worker 0 does not decide for all).
+    ``threads="auto"`` climbs alone (no ``Lead``: worker 0 does not decide for all); the
+    patch reaches the workers by fork (the Loader's default context on Linux).
     """
     if cfg.get("ablate") == "lead":
         import streambuf.stages as stages

@@ -50,8 +50,10 @@ _JPEG_RANGE = 2  # AVCOL_RANGE_JPEG: full range; anything else is limited (MPEG)
 def check_decoder(decoder: Any) -> torch.device | None:
     """``decoder`` as the CUDA device to decode on, or None for ``"cpu"`` (swscale).
 
-    Checked where the pipeline is built: ``"cuda"`` / ``"cuda:N"`` needs a CUDA device
-    in this process and a PyAV whose FFmpeg has the cuda hwaccel.
+    Checked where the pipeline is built, in the caller's thread: ``"cuda"`` is torch's
+    current device there (``torch.cuda.set_device(local_rank)`` under DDP), resolved
+    now, since lane threads start on device 0; ``"cuda:N"`` is device N. Needs a CUDA
+    device in this process and a PyAV (>= 16) whose FFmpeg has the cuda hwaccel.
 
     Raises:
         TypeError: not a str.
@@ -76,12 +78,15 @@ def check_decoder(decoder: Any) -> torch.device | None:
             f"{', '.join(hwdevices_available()) or 'none'}); install a PyAV wheel built "
             "with it, or use decoder='cpu'"
         )
-    if "is_hw_owned" not in (HWAccel.__init__.__doc__ or "") + (HWAccel.__doc__ or ""):
+    try:  # settings only: no device is opened here
+        HWAccel("cuda", is_hw_owned=True)
+    except TypeError:
         raise ValueError(
             f"decoder={decoder!r} needs PyAV >= 16 (HWAccel(is_hw_owned=True) keeps frames "
             "on the device); upgrade av, or use decoder='cpu'"
-        )
-    return torch.device("cuda", dev.index if dev.index is not None else 0)
+        ) from None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return torch.device("cuda", index)
 
 
 def hwaccel(device: torch.device) -> Any:
@@ -99,14 +104,22 @@ def yuv420_to_rgb(
     y: torch.Tensor, u: torch.Tensor, v: torch.Tensor, *, matrix: str, full_range: bool
 ) -> torch.Tensor:
     """RGB uint8 ``(H, W, 3)`` from 8-bit 4:2:0 planes (``y``: ``(H, W)``; ``u``, ``v``:
-    ``(ceil(H/2), ceil(W/2))``), on their device. Chroma is repeated to full size
-    (left/top sited, like swscale's unscaled path); ``matrix`` is "601", "709" or "2020";
-    ``full_range``: JPEG range (0-255), else limited (16-235 luma, 16-240 chroma)."""
+    half size, rounded up or down: odd sizes), on their device. Each chroma sample
+    covers a 2x2 block (top-left sited, like swscale's unscaled path; an odd edge
+    repeats the last one); ``matrix`` is "601", "709" or "2020"; ``full_range``: JPEG
+    range (0-255), else limited (16-235 luma, 16-240 chroma)."""
     kr, kb = _KR_KB[matrix]
     h, w = y.shape
+    dev = y.device
+    rows = torch.div(torch.arange(h, device=dev), 2, rounding_mode="floor").clamp_(
+        max=u.shape[0] - 1
+    )
+    cols = torch.div(torch.arange(w, device=dev), 2, rounding_mode="floor").clamp_(
+        max=u.shape[1] - 1
+    )
     yf = y.float()
-    uf = u.float().repeat_interleave(2, 0).repeat_interleave(2, 1)[:h, :w] - 128.0
-    vf = v.float().repeat_interleave(2, 0).repeat_interleave(2, 1)[:h, :w] - 128.0
+    uf = u.float().index_select(0, rows).index_select(1, cols) - 128.0
+    vf = v.float().index_select(0, rows).index_select(1, cols) - 128.0
     if not full_range:
         yf = (yf - 16.0) * (255.0 / 219.0)
         uf = uf * (255.0 / 224.0)
@@ -117,27 +130,46 @@ def yuv420_to_rgb(
     return torch.stack((r, g, b), dim=-1).round_().clamp_(0, 255).to(torch.uint8)
 
 
+_CONVERTS = ("nv12", "yuv420p", "yuvj420p")  # 8-bit 4:2:0 (NVDEC gives nv12)
+
+
 def _planes(frame: Any, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The Y, U and V planes of a 4:2:0 frame as tensors on the frame's device."""
-    planes = [torch.from_dlpack(p) for p in frame.planes]
-    if all(p.dtype == torch.uint8 for p in planes) and planes[0].dim() == 2:
-        h, w = planes[0].shape
-        half = ((h + 1) // 2, (w + 1) // 2)  # 4:2:0 chroma, odd sizes rounded up
-        if len(planes) == 3 and all(tuple(p.shape) == half for p in planes[1:]):  # yuv420p
-            return planes[0], planes[1], planes[2]
-        if len(planes) == 2:  # nv12: U and V interleaved in one plane
-            uv = planes[1]
-            if uv.dim() == 2 and uv.shape[1] % 2 == 0:
-                uv = uv.unflatten(1, (-1, 2))
-            if tuple(uv.shape) == (*half, 2):
-                return planes[0], uv[..., 0], uv[..., 1]
-    fmt = getattr(getattr(frame, "sw_format", None), "name", None) or frame.format.name
-    raise VideoError(
-        f"decoder='cuda' converts 8-bit 4:2:0 frames (nv12, yuv420p); this stream's are "
-        f"{fmt}: decode it with decoder='cpu'",
-        stage="video.decode",
-        source=name,
-    )
+    sw = getattr(frame, "sw_format", None)  # a device frame's layout in memory
+    fmt = sw.name if sw is not None else frame.format.name
+    if fmt not in _CONVERTS:
+        raise VideoError(
+            f"decoder='cuda' converts 8-bit 4:2:0 frames ({', '.join(_CONVERTS)}); this "
+            f"stream's are {fmt}: decode it with decoder='cpu'",
+            stage="video.decode",
+            source=name,
+        )
+    try:
+        # the capsule with stream=None: PyAV refuses a stream for device frames (NVDEC
+        # wrote them on FFmpeg's default stream, ordered with torch's default stream)
+        planes = [torch.from_dlpack(p.__dlpack__()) for p in frame.planes]
+    except (NotImplementedError, TypeError, ValueError, BufferError, RuntimeError) as exc:
+        raise VideoError(
+            f"cannot read the decoded {fmt} frame's planes through DLPack: "
+            f"{type(exc).__name__}: {exc}; decode it with decoder='cpu'",
+            stage="video.decode",
+            source=name,
+        ) from exc
+    h, w = planes[0].shape
+    halves = ({h // 2, (h + 1) // 2}, {w // 2, (w + 1) // 2})
+    if fmt == "nv12":
+        y, uv = planes
+        u, v = uv[..., 0], uv[..., 1]
+    else:
+        y, u, v = planes
+    if not all(c.shape[0] in halves[0] and c.shape[1] in halves[1] for c in (u, v)):
+        raise VideoError(
+            f"a {fmt} frame of {w}x{h} with chroma planes of {tuple(u.shape)}: not 4:2:0; "
+            "decode it with decoder='cpu'",
+            stage="video.decode",
+            source=name,
+        )
+    return y, u, v
 
 
 def to_rgb(frame: Any, size: dict[str, int], name: str) -> torch.Tensor:

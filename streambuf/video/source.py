@@ -404,7 +404,10 @@ def clips(
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both
     spec = audio_spec(audio, audio_missing)
-    check_decoder(decoder)  # here, not in the first lane: no CUDA is a ValueError now
+    # here, not in the first lane: no CUDA is a ValueError now, and "cuda" is resolved
+    # to the caller's current device (lane threads start on device 0)
+    device = check_decoder(decoder)
+    decoder = "cpu" if device is None else str(device)
     from ..sources.options import check_cache_options
 
     folder, limit = check_cache_options(cache_dir, cache_limit)

@@ -120,4 +120,18 @@ MUTANTS += [
         "        pass",
         "::test_adopt_checks_again_from_the_count_it_is_given",
     ),
+    _m(
+        "a Loader's map stage is built without its lead (every worker climbs alone)",
+        "streambuf/stages.py",
+        "                lead=_thread_lead(self.counters) if auto else None,",
+        "                lead=None,",
+        "::test_loader_workers_take_worker_0s_count",
+    ),
+    _m(
+        "a follower takes the leader's count past its own byte room",
+        "streambuf/prefetch.py",
+        "                    want = max(1, min(want, self._threads_n, self._room()))",
+        "                    want = max(1, min(want, self._threads_n))",
+        "::test_a_follower_stays_within_its_own_byte_room",
+    ),
 ]

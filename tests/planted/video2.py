@@ -83,10 +83,10 @@ MUTANTS = [
         f"{G}::test_conversion_matches_swscale_and_reads_matrix_and_range_from_the_frame",
     ),
     _m(
-        "gpu decode: 4:4:4 planes converted as 4:2:0 (wrong colours, no error)",
+        "gpu decode: a 4:4:4 stream passed to the 4:2:0 converter (caught late, misnamed)",
         "streambuf/video/gpu.py",
-        "        if len(planes) == 3 and all(tuple(p.shape) == half for p in planes[1:]):",
-        "        if len(planes) == 3:",
+        "    if fmt not in _CONVERTS:",
+        "    if False:",
         f"{G}::test_a_format_it_cannot_convert_is_named",
     ),
     _m(
@@ -101,6 +101,34 @@ MUTANTS = [
         "streambuf/mixing.py",
         "return next((d for p in self.pipelines if (d := p._decodes_on())), None)",
         "return None",
+        f"{G}::test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device",
+    ),
+    _m(
+        "gpu decode: an odd-sized nv12 frame refused (chroma taken as rounded up only)",
+        "streambuf/video/gpu.py",
+        "    halves = ({h // 2, (h + 1) // 2}, {w // 2, (w + 1) // 2})",
+        "    halves = ({(h + 1) // 2}, {(w + 1) // 2})",
+        f"{G}::test_odd_sizes_convert_like_swscale",
+    ),
+    _m(
+        "gpu decode: a mix of device and host sources accepted (its batches cannot stack)",
+        "streambuf/mixing.py",
+        "        if p._decodes_on() != pipelines[0]._decodes_on():",
+        "        if False:",
+        f"{G}::test_sources_decoding_onto_different_devices_are_not_mixed",
+    ),
+    _m(
+        "gpu decode: a plain DataLoader worker iterates a pipeline decoding onto the device",
+        "streambuf/pipeline.py",
+        "            if get_worker_info() is not None:",
+        "            if False:",
+        f"{G}::test_a_plain_dataloader_worker_refuses_a_pipeline_decoding_onto_a_device",
+    ),
+    _m(
+        "gpu decode: num_workers='auto' picks workers for a pipeline decoding onto the device",
+        "streambuf/loader.py",
+        '        if num_workers == "auto" and pipeline._decodes_on() is not None:',
+        "        if False:",
         f"{G}::test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device",
     ),
 ]

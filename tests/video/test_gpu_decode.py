@@ -62,6 +62,18 @@ def test_conversion_matches_swscale_and_reads_matrix_and_range_from_the_frame(
     assert _diff(swapped, ref)[0] > 2 * mean + 2
 
 
+@pytest.mark.parametrize("fmt", ["nv12", "yuv420p"])
+def test_odd_sizes_convert_like_swscale(fmt: str) -> None:
+    """An odd-sized frame's chroma planes are half its size rounded up (yuv420p) or down
+    (nv12, as NVDEC's are exported): the last row and column use the last sample."""
+    frame = av.VideoFrame.from_ndarray(_colourful(35, 63), format="rgb24").reformat(format=fmt)
+    ref = frame.reformat(format="rgb24").to_ndarray()
+    out = to_rgb(frame, {}, "odd")
+    assert tuple(out.shape) == (35, 63, 3)
+    mean, worst = _diff(out, ref)
+    assert mean <= 2.0 and worst <= 8, (mean, worst)
+
+
 @pytest.mark.parametrize("size", [None, (32, 24), (96, 72)], ids=["coded", "shrink", "grow"])
 def test_decoded_frames_convert_like_swscale(videos, size) -> None:
     """Frames decoded from a real H.264 file (yuv420p), and the same frames as nv12
@@ -85,7 +97,7 @@ def test_decoded_frames_convert_like_swscale(videos, size) -> None:
 def test_a_format_it_cannot_convert_is_named(videos) -> None:
     with av.open(str(videos["odd_size"])) as container:  # yuv444p
         frame = next(container.decode(video=0))
-    with pytest.raises(VideoError, match=r"yuv444p.*decoder='cpu'") as err:
+    with pytest.raises(VideoError, match=r"this stream's are yuv444p: .*decoder='cpu'") as err:
         to_rgb(frame, {}, "odd_size.mp4")
     assert err.value.source == "odd_size.mp4" and err.value.stage == "video.decode"
 
@@ -114,16 +126,39 @@ def _on_device(pipe: sb.Pipeline) -> sb.Pipeline:
 def test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device(videos) -> None:
     on_device = _on_device(clips([str(videos["h264_bframes"])], sampler=SAMPLER))
     assert on_device._decodes_on() == "cuda"
-    mixed = sb.mix([on_device, clips([str(videos["mpeg4"])], sampler=SAMPLER)], weights=[1, 1])
+    other = _on_device(clips([str(videos["mpeg4"])], sampler=SAMPLER))
+    mixed = sb.mix([on_device, other], weights=[1, 1])
+    assert mixed._decodes_on() == "cuda"
     for p in (on_device.batch(2), mixed.batch(2)):
         with pytest.raises(
             ValueError, match=r"num_workers=2: .*decodes onto 'cuda'.*num_workers=0"
         ):
             sb.Loader(p, num_workers=2, max_batches=4, max_bytes="64MiB")
         sb.Loader(p, num_workers=0, max_batches=4, max_bytes="64MiB").close()  # accepted
+        auto = sb.Loader(p, num_workers="auto", max_batches=4, max_bytes="64MiB")
+        assert auto.num_workers == 0  # "auto" picks the only count that works
+        auto.close()
     plain = clips([str(videos["h264_bframes"])], sampler=SAMPLER).batch(2)
     assert plain._decodes_on() is None
     sb.Loader(plain, num_workers=2, max_batches=4, max_bytes="64MiB").close()
+
+
+def test_sources_decoding_onto_different_devices_are_not_mixed(videos) -> None:
+    on_device = _on_device(clips([str(videos["h264_bframes"])], sampler=SAMPLER))
+    on_host = clips([str(videos["mpeg4"])], sampler=SAMPLER)
+    with pytest.raises(
+        ValueError, match=r"source 1 decodes onto host memory and source 0 onto cuda"
+    ):
+        sb.mix([on_device, on_host], weights=[1, 1])
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_dataloader_worker_refuses_a_pipeline_decoding_onto_a_device(videos) -> None:
+    from torch.utils.data import DataLoader
+
+    pipe = _on_device(clips([str(videos["h264_bframes"])], sampler=SAMPLER))
+    with pytest.raises(RuntimeError, match=r"decodes onto 'cuda' and runs only in the training"):
+        next(iter(DataLoader(pipe, batch_size=None, num_workers=1, timeout=30)))
 
 
 def _cuda_hwaccel() -> str | None:
