@@ -77,3 +77,14 @@ def test_the_stage_stats_overhead_script_runs_tiny(capsys):
     assert out and all(len(r["on"]) == len(r["off"]) == 1 for r in out.values())
     assert all(r["median_pair_ratio"] > 0 for r in out.values())
     assert "median of pair ratios" in capsys.readouterr().out
+
+
+def test_the_gpu_decode_check_script_parses_and_names_its_modes():
+    """benchmarks/gpu_decode_check.sh runs only on a CUDA machine (device mode) or
+    downloads wheels (prepare): here, its syntax and its usage line."""
+    import subprocess
+
+    script = SCRIPTS / "gpu_decode_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
+    got = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert got.returncode == 2 and "prepare|device" in got.stderr
