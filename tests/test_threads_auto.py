@@ -468,8 +468,9 @@ def test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_sto
     assert seen["12"][16:] == [12] * len(seen["12"][16:])  # taken from the first items
     assert set(seen["40"][16:]) == {16}
     assert set(seen["3"][16:]) == {3}
-    # the leader gone: the follower's own climb resumes from 3 (a waiting function: up)
-    assert seen["alone"][0] == 3 and max(seen["alone"]) > 3, sorted(set(seen["alone"]))
+    # the leader gone: the follower's own climb resumes from 3; its first check always
+    # tries another count (up on an idle machine, down to 1 where the CPUs are busy)
+    assert seen["alone"][0] == 3 and len(set(seen["alone"])) > 1, sorted(set(seen["alone"]))
 
 
 def _lead_in_a_child(counters, go, done) -> None:  # type: ignore[no-untyped-def]
