@@ -157,7 +157,20 @@ def test_invalid_threads_options_are_refused_by_name() -> None:
 
 
 # -- carried out: ThreadPrefetcher(threads="auto") ----------------------------------------
-class Scripted:
+class TunerDouble:
+    """What ThreadPrefetcher calls on its tuner besides ``tick`` (the test doubles below
+    decide counts by script; ``count`` is theirs)."""
+
+    count: int
+
+    def restart(self) -> None:
+        pass
+
+    def adopt(self, count: int) -> None:
+        self.count = count
+
+
+class Scripted(TunerDouble):
     """A tuner whose counts follow ``script`` (one change every ``every`` items)."""
 
     def __init__(self, script: list[int], every: int) -> None:
@@ -172,12 +185,6 @@ class Scripted:
             self.seen.append(self.count)
             return self.count
         return None
-
-    def restart(self) -> None:
-        pass
-
-    def adopt(self, count: int) -> None:
-        self.count = count
 
 
 def jittery(x: int) -> int:
@@ -381,7 +388,7 @@ def test_resume_is_exact_with_threads_auto() -> None:
     check_resume(auto_pipeline, num_workers=(0, 2), stops=(1, 5, "last"))
 
 
-class Churning:
+class Churning(TunerDouble):
     """In place of ThreadTuner: a new count every 5 items (1..16), so threads are added
     and retired all through an epoch (DataLoader workers are forked: they inherit it)."""
 
@@ -396,12 +403,6 @@ class Churning:
             return None
         self.count = self.COUNTS[(self.n // 5) % len(self.COUNTS)]
         return self.count
-
-    def restart(self) -> None:
-        pass
-
-    def adopt(self, count: int) -> None:
-        self.count = count
 
 
 def test_resume_is_exact_while_threads_are_added_and_retired(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -528,7 +529,7 @@ def test_a_follower_stays_within_its_own_byte_room() -> None:
     assert max(counts[40:]) <= 5 and min(counts[40:]) >= 1, sorted(set(counts))
 
 
-class ByWorker:
+class ByWorker(TunerDouble):
     """In place of ThreadTuner in Loader workers (forked: inherited): worker 0 climbs to
     9 threads, every other worker's own climb would go to 1."""
 
@@ -545,12 +546,6 @@ class ByWorker:
             self.count = self.target
             return self.count
         return None
-
-    def restart(self) -> None:
-        pass
-
-    def adopt(self, count: int) -> None:
-        self.count = count
 
 
 def slow(x: int) -> int:

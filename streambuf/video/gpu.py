@@ -29,6 +29,7 @@ stream raises ``VideoError`` naming the format (decode it with ``decoder="cpu"``
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -67,26 +68,34 @@ def check_decoder(decoder: Any) -> torch.device | None:
         raise ValueError(f"decoder={decoder!r} must be 'cpu', 'cuda' or 'cuda:N'")
     dev = check_device(decoder, name="decoder")  # no CUDA here: ValueError naming the fix
     assert dev is not None
+    missing = _pyav_cuda_missing()
+    if missing:
+        raise ValueError(f"decoder={decoder!r} but {missing}, or use decoder='cpu'")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return torch.device("cuda", index)
+
+
+@functools.cache
+def _pyav_cuda_missing() -> str:
+    """What this PyAV lacks for decoding on CUDA ("" when nothing); probed once per
+    process (every video of a pipeline asks)."""
     from .probe import _import_av
 
     _import_av()
     from av.codec.hwaccel import HWAccel, hwdevices_available
 
     if "cuda" not in hwdevices_available():
-        raise ValueError(
-            f"decoder={decoder!r} but this PyAV's FFmpeg has no cuda hwaccel (it has: "
-            f"{', '.join(hwdevices_available()) or 'none'}); install a PyAV wheel built "
-            "with it, or use decoder='cpu'"
+        return (
+            "this PyAV's FFmpeg has no cuda hwaccel (it has: "
+            f"{', '.join(hwdevices_available()) or 'none'}); install a PyAV wheel built with it"
         )
     try:  # settings only: no device is opened here
         HWAccel("cuda", is_hw_owned=True)
     except TypeError:
-        raise ValueError(
-            f"decoder={decoder!r} needs PyAV >= 16 (HWAccel(is_hw_owned=True) keeps frames "
-            "on the device); upgrade av, or use decoder='cpu'"
-        ) from None
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return torch.device("cuda", index)
+        return (
+            "it needs PyAV >= 16 (HWAccel(is_hw_owned=True) keeps frames on the device); upgrade av"
+        )
+    return ""
 
 
 def hwaccel(device: torch.device) -> Any:
