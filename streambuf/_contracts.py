@@ -10,7 +10,7 @@ the layers import one way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,6 +57,8 @@ class ReaderRun:
     max_items: int = 64
     max_bytes: int = 256 << 20
     name: str = "source"
+    threads: int | str | None = None  # threads over the lanes (None: one each; "auto")
+    on_threads: Callable[[int], None] | None = None  # told the thread count in use
 
 
 class SourceReader(Protocol):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Counters", "PipelineStats", "SharedCounters", "ThreadStats"]
+__all__ = ["Counters", "PipelineStats", "SharedCounters", "ThreadStats", "thread_gauge"]
 
 T = TypeVar("T")
 _SLOTS = 64
@@ -118,6 +119,36 @@ class ThreadStats:
 
 # threads now, workers running, changes; thread-ns and running-ns: the mean count (report)
 THREAD_COUNTS = ("threads", "running", "changes", "thread_ns", "run_ns")
+
+
+def thread_gauge(counters: SharedCounters, worker: int) -> Callable[[int], None]:
+    """``worker``'s row of a stage's ``THREAD_COUNTS``, kept equal to the count it is
+    called with (0: the stage stopped running in this worker)."""
+    shown = [0]
+    since = [time.perf_counter_ns()]
+
+    def show(count: int) -> None:
+        now = time.perf_counter_ns()
+        dt = now - since[0] if shown[0] > 0 else 0
+        counters.add(
+            worker,
+            {
+                "threads": count - shown[0],
+                "running": (count > 0) - (shown[0] > 0),
+                "changes": int(shown[0] > 0 and count > 0 and count != shown[0]),
+                "thread_ns": shown[0] * dt,  # the count held since the last change
+                "run_ns": dt,
+            },
+        )
+        shown[0], since[0] = count, now
+
+    return show
+
+
+def thread_stats(stage: str, counters: SharedCounters, max_threads: int) -> ThreadStats:
+    """A stage's ``ThreadStats`` from its ``THREAD_COUNTS`` rows."""
+    c = counters.totals()
+    return ThreadStats(stage, c["threads"], c["running"], c["changes"], max_threads)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   each reservation (a lane above the wanted count parks there, holding nothing; False
   ends the lane), and ``seal()`` (the source is exhausted) finishes the lanes never
   started, so the window can end.
+* **Fewer threads than lanes** (``threads=m``: shard lanes with ``lanes="auto"``): thread
+  ``j`` drives lanes ``j, j+m, ...``, one item of each in turn, in the order the window
+  delivers them (from ``first_lane``): a thread never makes a later item while one of its
+  lanes owes an earlier one, so the window's room rules stay deadlock-free, and the
+  order (the window's, by lane) does not depend on ``m``.
 * **Shutdown.** Leaving the loop (end, ``break``, an exception) or ``close()`` closes
   the window (every blocked reserve/commit wakes with ``BufferClosed``), calls
   ``on_close`` (e.g. to abort in-flight reads), and joins the threads within
@@ -78,6 +83,9 @@ class LaneRunner(Generic[T]):
             more, ``seal()`` gives up on the rest.
         gate: asked on lane ``t``'s thread before each reservation; may block (a parked
             lane); False ends the lane.
+        threads: threads driving the lanes (default: one per lane); thread ``j`` drives
+            lanes ``j, j+threads, ...`` in the window's delivery order from ``first_lane``
+            (round robin: the lane delivered first). Not with ``gate``/``initial``.
     """
 
     def __init__(
@@ -96,6 +104,8 @@ class LaneRunner(Generic[T]):
         numbered: bool = False,
         initial: int | None = None,
         gate: Callable[[int], bool] | None = None,
+        threads: int | None = None,
+        first_lane: int = 0,
     ) -> None:
         if not works:
             raise ValueError(f"{name}: a LaneRunner needs at least one lane")
@@ -115,7 +125,16 @@ class LaneRunner(Generic[T]):
         if window.order == "sequence" and not numbered:
             raise ValueError(f"{name}: a 'sequence' window needs numbered works")
         self._threads: list[threading.Thread] = []
-        self._initial = self._lanes if initial is None else max(1, min(initial, self._lanes))
+        if threads is None or threads >= self._lanes:
+            self._groups = [[t] for t in range(self._lanes)]
+        else:
+            if gate is not None or initial is not None:
+                raise ValueError(f"{name}: threads= drives whole lane groups: no gate, initial")
+            m = max(1, int(threads))
+            ahead = sorted(range(self._lanes), key=lambda t: (t - first_lane) % self._lanes)
+            self._groups = [[t for t in ahead if t % m == j] for j in range(m)]
+        groups = len(self._groups)
+        self._initial = groups if initial is None else max(1, min(initial, groups))
         self._gate = gate
         self._start_lock = threading.Lock()
         self._sealed = False  # no lane starts any more (its unstarted lanes are finished)
@@ -132,36 +151,58 @@ class LaneRunner(Generic[T]):
         """Bytes of the largest item any lane has made (-1 before the first)."""
         return self._largest
 
-    def _run(self, lane: int, work: Callable[[], Iterator[Any]]) -> None:
+    def _step(self, lane: int, it: Iterator[Any]) -> bool:
+        """Make lane ``lane``'s next item and commit it; False when the lane ended (its
+        iterator is exhausted, or its gate said so)."""
         win = self.window
-        numbered = self._numbered
-        sizeof = self._sizeof
         gate = self._gate
-        it: Iterator[Any] | None = None
-        try:
-            it = work()
-            while True:
-                if gate is not None and not gate(lane):
-                    break  # parked lanes end when the source does
-                # the largest item any lane has made; before the first: the lane's share
-                estimate = self._largest if self._largest >= 0 else win.share(lane)
-                win.reserve(lane, estimate)
-                try:
-                    got = next(it)
-                    if got is AGAIN:
-                        win.release(lane)
-                        continue
-                    seq, item = got if numbered else (None, got)
-                    size = check_size(sizeof(item))
-                except BaseException:  # StopIteration included: give the room back
+        while True:
+            if gate is not None and not gate(lane):
+                return False  # parked lanes end when the source does
+            # the largest item any lane has made; before the first: the lane's share
+            estimate = self._largest if self._largest >= 0 else win.share(lane)
+            win.reserve(lane, estimate)
+            try:
+                got = next(it)
+                if got is AGAIN:
                     win.release(lane)
-                    raise
-                if size > self._largest:  # before commit, which may wait: others learn now
-                    self._largest = size
-                win.commit(lane, item, size, seq=seq)
-                del got, item  # a lane blocked in reserve must not pin its last item
-        except (StopIteration, BufferClosed):
-            pass  # the lane's work is done, or the consumer closed us
+                    continue
+                seq, item = got if self._numbered else (None, got)
+                size = check_size(self._sizeof(item))
+            except StopIteration:
+                win.release(lane)
+                return False
+            except BaseException:  # give the room back
+                win.release(lane)
+                raise
+            if size > self._largest:  # before commit, which may wait: others learn now
+                self._largest = size
+            win.commit(lane, item, size, seq=seq)
+            return True
+
+    def _run(self, lanes: list[int]) -> None:
+        """One thread: its lanes, one item of each in turn (``lanes`` in delivery order),
+        until each ended; every one of them is finished in the window when it leaves."""
+        win = self.window
+        its: dict[int, Iterator[Any]] = {}
+        live = list(lanes)
+        lane = live[0]
+        try:
+            if len(live) == 1:  # one lane per thread (the usual case): no turns to take
+                it = its[lane] = self._works[lane]()
+                while self._step(lane, it):
+                    pass
+                live.clear()
+                self._end(lane, its.pop(lane))
+            while live:
+                for lane in tuple(live):
+                    if lane not in its:
+                        its[lane] = self._works[lane]()
+                    if not self._step(lane, its[lane]):
+                        live.remove(lane)
+                        self._end(lane, its.pop(lane))
+        except BufferClosed:
+            pass  # the consumer closed us
         except BaseException as exc:
             what = self._describe(lane) if self._describe is not None else None
             add_note(
@@ -171,28 +212,31 @@ class LaneRunner(Generic[T]):
             )
             win.abort(exc)
         finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception as exc:  # closing must not hide the real outcome
-                    log.warning(
-                        "streambuf: %s lane %d: error while closing: %r", self.name, lane, exc
-                    )
-            win.finish(lane)
+            for t in live:
+                self._end(t, its.get(t))
+
+    def _end(self, lane: int, it: Iterator[Any] | None) -> None:
+        """Lane ``lane`` leaves: its iterator closed (files, containers), then finished."""
+        close = getattr(it, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception as exc:  # closing must not hide the real outcome
+                log.warning("streambuf: %s lane %d: error while closing: %r", self.name, lane, exc)
+        self.window.finish(lane)
 
     def start(self, lanes: int | None = None) -> None:
         """Start lane threads up to ``lanes`` (default: ``initial``; at the latest when
         iteration begins). Idempotent; nothing after ``seal()`` or ``close()``."""
-        want = self._initial if lanes is None else min(lanes, self._lanes)
+        want = self._initial if lanes is None else min(lanes, len(self._groups))
         with self._start_lock:
             if self._closed or self._sealed:
                 return
-            for lane in range(len(self._threads), want):
+            for j in range(len(self._threads), want):
                 th = threading.Thread(
                     target=self._run,
-                    args=(lane, self._works[lane]),
-                    name=f"streambuf-{self.name}-{lane}",
+                    args=(self._groups[j],),
+                    name=f"streambuf-{self.name}-{j}",
                     daemon=True,
                 )
                 self._threads.append(th)
@@ -210,8 +254,9 @@ class LaneRunner(Generic[T]):
             if self._sealed:
                 return
             self._sealed = True
-            for lane in range(len(self._threads), self._lanes):
-                self.window.finish(lane)
+            for group in self._groups[len(self._threads) :]:
+                for lane in group:
+                    self.window.finish(lane)
 
     def __iter__(self) -> Iterator[T]:
         if self._started:

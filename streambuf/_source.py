@@ -22,6 +22,14 @@ either way: a threaded phase ends with every lane at the same count of items mad
 it began (a lane inside a read counts), so the buffer drains whole rounds; the inline
 reader continues round robin from the lane due next. Local files start inline.
 
+**Threads** (``threads=``): a threaded phase runs ``threads`` threads over the ``lanes``
+(thread ``j`` drives lanes ``j, j+threads, ...`` in delivery order: ``LaneRunner``); the
+order, the cursors and a resume follow from ``lanes`` alone, so the thread count may
+change at run time. ``threads="auto"`` (``shards(lanes="auto")``): a ``ThreadTuner``
+(``streambuf._tuner``) picks it from the rate the consumer sees, up to ``lanes`` and the
+byte room; a change ends the phase as a pause does (every lane at a round's end, the
+window drained) and the next phase runs the new count.
+
 **Cursor** (``cursor()``, under the ledger's lock): per lane, where the consumer side is:
 ``[slot_index, next_index, next_hint]`` (``slot_index`` in the slot's shard list) or
 None before its first sample; plus the round-robin lane due next, or, for
@@ -49,6 +57,7 @@ from typing import Any, Protocol
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
+from ._tuner import START_THREADS, ThreadTuner
 from .buffer import Order
 from .errors import add_note
 from .sizing import nbytes
@@ -92,6 +101,8 @@ class SourceRun:
         progress: Any = None,
         join_timeout_s: float = 1.0,
         adaptive: bool = False,
+        threads: int | str | None = None,
+        on_threads: Callable[[int], None] | None = None,
     ) -> None:
         self.access = access
         self.shard_ids = list(shard_ids)
@@ -140,6 +151,18 @@ class SourceRun:
         self._driving: list[bool] = []
         self._stop_at: int | None = None
         self._closing = False
+        # threads over the lanes in a threaded phase: fixed, or tuned (``threads="auto"``)
+        if (
+            threads is not None
+            and threads != "auto"
+            and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1)
+        ):
+            raise ValueError(f"threads={threads!r} must be an int >= 1, 'auto' or None")
+        self._auto = threads == "auto" and k > 1 and getattr(access, "threaded", True)
+        self.threads = k if threads is None or threads == "auto" else min(int(threads), k)
+        self.tuner: ThreadTuner | None = None  # built when iteration starts
+        self._on_threads = on_threads
+        self._largest = -1  # bytes of the largest sample read so far (any phase)
 
     # -- the slot's share and what is already done ----------------------------------------
     def _keep(self, shard: int, index: int) -> bool:
@@ -256,12 +279,21 @@ class SourceRun:
         self._done = [False] * k  # lane's reader exhausted
         threaded = getattr(self.access, "threaded", True)
         chooser = self.chooser if threaded else None
+        if self._auto:
+            self.tuner = ThreadTuner(
+                max_threads=k, start=min(START_THREADS, k), window=max(32, 4 * k), room=self._room
+            )
+        inline_before = False
         try:
             yield from self._replayed()
             while not all(self._done):
                 if not threaded or (chooser is not None and chooser.inline):
                     yield from self._inline(chooser)
+                    inline_before = True
                 else:
+                    if inline_before and self.tuner is not None:
+                        self.tuner.restart()  # its window spans an inline phase: void
+                    inline_before = False
                     yield from self._threaded(chooser)
                     if chooser is not None and chooser.state == "drain":
                         chooser.drained()  # every lane stopped at a round's end, drained
@@ -269,6 +301,8 @@ class SourceRun:
             runner = self._runner
             if runner is not None:
                 runner.close()
+            if self._on_threads is not None:
+                self._on_threads(0)
             for gen in self._gens:
                 try:
                     gen.close()
@@ -313,12 +347,23 @@ class SourceRun:
             if chooser is not None and chooser.tick() == "resume":
                 return
 
+    def _room(self) -> int:
+        """Threads the byte bound has room for: each one's sample in flight is reserved
+        in the window before it is read (``ThreadTuner``'s limit)."""
+        runner = self._runner
+        largest = max(self._largest, runner.largest if runner is not None else -1)
+        items = max(self.max_items, len(self._gens))
+        return max(1, min(items, self.max_bytes // largest if largest > 0 else items))
+
     def _threaded(self, chooser: InlineChooser | None) -> Iterator[Rec]:
         """One phase of lane threads: until the readers end, or ``chooser`` asks for a
-        pause; then every lane stops at the end of one round (the same count of items
-        since the phase began), so the buffer drains in exactly the order the inline
-        reader continues from."""
+        pause, or the tuner for another thread count; then every lane stops at the end
+        of one round (the same count of items since the phase began), so the buffer
+        drains in exactly the order the inline reader (or the next phase) continues
+        from."""
         k = len(self._gens)
+        tuner = self.tuner
+        threads = tuner.count if tuner is not None else self.threads
         self._made = [0] * k
         self._driving = [False] * k
         self._stop_at = None
@@ -340,21 +385,37 @@ class SourceRun:
             stops_when="when its read returns",
             sizeof=_sizeof_of(self.sizeof),
             describe=self._describe,
+            threads=threads,
+            first_lane=self._next_lane,
         )
         self._runner = runner
+        if self._on_threads is not None:
+            self._on_threads(threads)
         runner.start()
         try:
             for item in runner:
                 yield self._deliver(item)
                 if chooser is not None and chooser.tick() == "pause":
-                    with self._gate:  # every lane stops once it made this many
-                        self._stop_at = (
-                            0  # no order to keep: each lane stops at its next step
-                            if self.order == "first_ready"
-                            else max(m + d for m, d in zip(self._made, self._driving))
-                        )
+                    self._end_phase()
+                # (no tuning while a phase drains: its rate is the drain's)
+                if tuner is not None and self._stop_at is None:
+                    if tuner.tick() is not None and tuner.count != threads:
+                        self._end_phase()
         finally:
+            self._largest = max(self._largest, runner.largest)
             runner.close()
+
+    def _end_phase(self) -> None:
+        """Every lane stops once it made as many items in this phase as the lane furthest
+        on (counting a read in progress): the window drains whole rounds."""
+        with self._gate:
+            if self._stop_at is not None:
+                return
+            self._stop_at = (
+                0  # no order to keep: each lane stops at its next step
+                if self.order == "first_ready"
+                else max(m + d for m, d in zip(self._made, self._driving))
+            )
 
     def _gated(self, lane: int) -> Iterator[tuple[int, int, int, Any, Any, Any]]:
         """Lane ``lane``'s reader as driven by its thread in one threaded phase: it stops

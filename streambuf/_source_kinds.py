@@ -92,6 +92,12 @@ class SequenceSource:
         counted = getattr(self.reader, "stats", None)
         return counted() if callable(counted) else PipelineStats()
 
+    def workers_ended(self) -> None:
+        """The Loader's workers are gone: a reader's thread gauges go back to 0."""
+        ended = getattr(self.reader, "workers_ended", None)
+        if callable(ended):
+            ended()
+
     def _split(self, sharding: Sharding, epoch: int, slot: int, slots: int) -> Assignment:
         n = len(self.shards)
         return assign(n, sharding.order(n, epoch), slot, slots)
@@ -114,6 +120,8 @@ class SequenceSource:
                 max_items=run.max_items,
                 max_bytes=run.max_bytes,
                 name=run.name,
+                threads=run.threads,
+                on_threads=run.on_threads,
             )
             return run.access, lanes
         if self.expand is None:

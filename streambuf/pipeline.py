@@ -313,18 +313,22 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         for s in self._stages:
             if isinstance(s, Map):
                 s.workers_ended()
+        ended = getattr(self._src, "workers_ended", None)
+        if callable(ended):
+            ended()
 
     def stats(self) -> PipelineStats:
         """Everything this pipeline counts, summed over every worker that ran it (or any
         fluent descendant) since it was built: ``shards`` (``shards()``: shard reads,
         samples, I/O, cache), ``videos`` (``video.clips()``), ``mix`` (``mix()``: samples
         taken per source, restarts) and a mix's ``sources``; ``as_dict(flat=True)`` for
-        loggers. ``threads``: the count each ``map(threads="auto")`` stage uses now."""
+        loggers. ``threads``: the count each ``map(threads="auto")`` stage (and the lanes of
+        ``shards(lanes="auto")``, stage ``"shards"``) uses now."""
         threads = tuple(
             t for t in (s.thread_stats() for s in self._stages if isinstance(s, Map)) if t
         )
         got = self._src.stats()
-        return replace(got, threads=threads) if threads else got
+        return replace(got, threads=(*got.threads, *threads)) if threads else got
 
     def stage_stats(self) -> tuple[StageStats, ...]:
         """Where the time went, per stage, summed over every worker that ran this

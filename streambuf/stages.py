@@ -26,14 +26,13 @@ iterable.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._collate import Collator
-from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats
+from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats, thread_gauge
 from ._ledger import Ledger, Rec
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
@@ -221,7 +220,11 @@ class Map(Stage):
                 sizeof=lambda rec: nbytes(rec.value),
                 name=self.name,
                 adaptive=self.adaptive,
-                on_threads=_thread_gauge(self.counters) if auto else None,
+                on_threads=(
+                    thread_gauge(self.counters, current_worker()[0])
+                    if auto and self.counters is not None
+                    else None
+                ),
                 lead=_thread_lead(self.counters) if auto else None,
             ),
         )
@@ -253,32 +256,6 @@ def _thread_lead(counters: SharedCounters | None) -> _WorkerZeroLead | None:
     if counters is None or workers > counters.rows:
         return None
     return _WorkerZeroLead(counters, worker)
-
-
-def _thread_gauge(counters: SharedCounters | None) -> Callable[[int], None] | None:
-    """This worker's row of a map stage's thread counters, kept equal to ``count``."""
-    if counters is None:
-        return None
-    worker = current_worker()[0]
-    shown = [0]
-    since = [time.perf_counter_ns()]
-
-    def show(count: int) -> None:
-        now = time.perf_counter_ns()
-        dt = now - since[0] if shown[0] > 0 else 0
-        counters.add(
-            worker,
-            {
-                "threads": count - shown[0],
-                "running": (count > 0) - (shown[0] > 0),
-                "changes": int(shown[0] > 0 and count > 0),
-                "thread_ns": shown[0] * dt,  # the count held since the last change
-                "run_ns": dt,
-            },
-        )
-        shown[0], since[0] = count, now
-
-    return show
 
 
 @dataclass(frozen=True)

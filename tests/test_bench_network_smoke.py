@@ -35,6 +35,7 @@ def test_network_benchmark_runs_tiny(tmp_path, capsys):
     else:
         assert s3 == {
             "s3: streambuf lanes=3",
+            "s3: streambuf lanes=auto",
             "s3: webdataset per sample",
             "s3: webdataset batched",
         }

@@ -475,10 +475,9 @@ def test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_sto
 
 
 def _lead_in_a_child(counters, go, done) -> None:  # type: ignore[no-untyped-def]
-    from streambuf.stages import _thread_gauge
+    from streambuf._counters import thread_gauge
 
-    show = _thread_gauge(counters)  # this process is worker 0: the leader's row
-    assert show is not None
+    show = thread_gauge(counters, 0)  # worker 0's row: the leader's
     show(7)
     go.set()
     done.wait(30)

@@ -141,6 +141,12 @@ def _streambuf(
     ) as loader:
         res = measure_loader(loader, len(urls) * s["per_shard"])
         res.update(loader_stats(loader))
+    counts = getattr(pipe._src, "reader", None)
+    counts = getattr(counts, "thread_counters", None)
+    if counts is not None:  # lanes="auto": the mean thread count over the lanes, per worker
+        c = counts.totals()
+        res["lane_threads_mean"] = round(c["thread_ns"] / c["run_ns"], 2) if c["run_ns"] else None
+        res["lane_thread_changes"] = c["changes"]
     return res
 
 
@@ -281,7 +287,13 @@ def _all_rows(s: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], dict[
                 "streambuf",
                 f"s3: streambuf lanes={s['lanes']}",
                 lambda: _streambuf(s3, sl, options),
-            )
+            ),
+            (
+                "s3",
+                "streambuf",
+                "s3: streambuf lanes=auto",
+                lambda: _streambuf(s3, sl, options, "auto"),
+            ),
         ]
         cases += _wds_cases("s3", s3, sl, options)
         rows += _run_cases(cases, s["repeats"])
@@ -339,6 +351,16 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
             metric="samples/s",
             mine=lambda r: r["name"].endswith("lanes=auto"),
             how=shards_how(s) + ", loader creation to last batch",
+        )
+    )
+    out.append(
+        versus(
+            [r for r in report["rows"] if r["section"] == "s3"],
+            "samples_per_s",
+            workload="network S3 (moto on loopback), lanes='auto'",
+            metric="samples/s",
+            mine=lambda r: r["name"].endswith("lanes=auto"),
+            how=shards_how(local(s)) + ", loader creation to last batch",
         )
     )
     return out

@@ -85,6 +85,7 @@ class ShardStream:
             max_items=max(options.max_items, lanes),
             max_bytes=int(options.max_bytes),
             name="shards",
+            threads=options.threads,
         )
         self._samples = 0
         self._iter: Iterator[Any] | None = None

@@ -117,6 +117,12 @@ class ShardOptions:
         put(self, "cache_limit", cache_limit)
 
     @property
+    def threads(self) -> str | None:
+        """Threads over a slot's lanes: ``"auto"`` (tuned at run time) for
+        ``lanes="auto"``, else None (one thread per lane)."""
+        return "auto" if self.lanes == "auto" else None
+
+    @property
     def lane_count(self) -> int:
         """Lanes a slot reads at once: ``lanes``, or ``AUTO_LANES`` for ``"auto"``."""
         return AUTO_LANES if self.lanes == "auto" else int(self.lanes)

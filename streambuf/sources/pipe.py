@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from .._counters import PipelineStats, SharedCounters
+from .._counters import THREAD_COUNTS, PipelineStats, SharedCounters, thread_gauge, thread_stats
 from .._failures import OnError
 from ..buffer import Order
 from ..io.cache import CacheStats
@@ -150,10 +150,24 @@ class TarReader:
     options: ShardOptions
     counters: SharedCounters = field(default_factory=shard_counters, compare=False)
     publish_every_s: float = 1.0
+    # lanes="auto": the threads each worker runs over its lanes (``stats().threads``)
+    thread_counters: SharedCounters | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.options.lanes == "auto" and self.thread_counters is None:
+            object.__setattr__(self, "thread_counters", SharedCounters(THREAD_COUNTS))
 
     def stats(self) -> PipelineStats:
-        """What the pipeline's workers read so far (``Pipeline.stats()``)."""
-        return PipelineStats(shards=ShardTotals.of(self.counters.totals()))
+        """What the pipeline's workers read so far (``Pipeline.stats()``); with
+        ``lanes="auto"`` the threads over the lanes (``threads``: stage ``"shards"``)."""
+        tc = self.thread_counters
+        threads = () if tc is None else (thread_stats("shards", tc, self.options.lane_count),)
+        return PipelineStats(shards=ShardTotals.of(self.counters.totals()), threads=threads)
+
+    def workers_ended(self) -> None:
+        """The workers are gone: none runs lane threads now (their gauges go to 0)."""
+        if self.thread_counters is not None:
+            self.thread_counters.zero(("threads", "running"))
 
     def lanes(self) -> tuple[int, str]:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
@@ -200,6 +214,12 @@ class TarReader:
             max_items=max(o.max_items, lanes),
             max_bytes=self.buffer_bytes(stage_bytes, lanes=lanes, fsspec=_fsspec(source)),
             name="shards",
+            threads=o.threads,
+            on_threads=(
+                None
+                if self.thread_counters is None
+                else thread_gauge(self.thread_counters, ctx.worker)
+            ),
         )
 
 

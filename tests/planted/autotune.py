@@ -34,18 +34,19 @@ MUTANTS = [
     _m(
         "a retired thread drops the item it made",
         "streambuf/_lanes.py",
-        "                    got = next(it)\n",
-        "                    got = next(it)\n"
-        "                    if gate is not None and lane >= gate.__self__._active:  # type: ignore\n"
-        "                        win.release(lane)\n"
-        "                        continue\n",
+        "                got = next(it)\n",
+        "                got = next(it)\n"
+        "                if gate is not None and lane >= gate.__self__._active:  # type: ignore\n"
+        "                    win.release(lane)\n"
+        "                    continue\n",
         "::test_order_and_exactly_once_while_threads_come_and_go[False]",
     ),
     _m(
         "lanes never started are not finished when the source ends (a hang)",
         "streambuf/_lanes.py",
-        "            for lane in range(len(self._threads), self._lanes):\n"
-        "                self.window.finish(lane)\n",
+        "            for group in self._groups[len(self._threads) :]:\n"
+        "                for lane in group:\n"
+        "                    self.window.finish(lane)\n",
         "            pass\n",
         "::test_a_short_source_ends_with_lanes_never_started",
     ),
@@ -133,5 +134,45 @@ MUTANTS += [
         "                    want = max(1, min(want, self._threads_n, self._room()))",
         "                    want = max(1, min(want, self._threads_n))",
         "::test_a_follower_stays_within_its_own_byte_room",
+    ),
+]
+_lt = "tests/sources/test_lane_threads.py"
+MUTANTS += [
+    _m(
+        "a thread over several lanes takes them in lane order, not delivery order (a "
+        "deadlock when the window starts at another lane)",
+        "streambuf/_lanes.py",
+        "            ahead = sorted(range(self._lanes), key=lambda t: (t - first_lane) % self._lanes)",
+        "            ahead = list(range(self._lanes))",
+        _lt + "::test_fewer_threads_than_lanes_keep_the_order_in_a_tight_window",
+    ),
+    _m(
+        "a thread-count change stops each lane at once, not at a round's end (order lost)",
+        "streambuf/_source.py",
+        "                else max(m + d for m, d in zip(self._made, self._driving))\n"
+        "            )\n\n    def _gated",
+        "                else 0\n            )\n\n    def _gated",
+        _lt + "::test_a_change_ends_the_phase_at_a_rounds_end_when_lanes_run_ahead",
+    ),
+    _m(
+        "a phase runs one thread per lane, whatever the lane tuner's count",
+        "streambuf/_source.py",
+        "        threads = tuner.count if tuner is not None else self.threads",
+        "        threads = self.threads",
+        _lt + "::test_the_phases_run_the_tuners_count",
+    ),
+    _m(
+        "the lane tuner ignores the byte room",
+        "streambuf/_source.py",
+        "max_threads=k, start=min(START_THREADS, k), window=max(32, 4 * k), room=self._room",
+        "max_threads=k, start=min(START_THREADS, k), window=max(32, 4 * k), room=None",
+        _lt + "::test_the_tuner_is_bounded_by_the_byte_room",
+    ),
+    _m(
+        "a lane-count change is never asked for (the tuner's count is not carried out)",
+        "streambuf/_source.py",
+        "                    if tuner.tick() is not None and tuner.count != threads:",
+        "                    if tuner.tick() is not None and False:",
+        _lt + "::test_the_phases_run_the_tuners_count",
     ),
 ]

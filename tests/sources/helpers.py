@@ -8,6 +8,7 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def make_samples(
@@ -93,3 +94,48 @@ def switching_lanes() -> Iterator[None]:
         yield
     finally:
         source_mod.InlineChooser = saved  # type: ignore[misc]
+
+
+class _CyclingTuner:
+    """A ``ThreadTuner`` double for ``SourceRun``: a new count every ``every`` items,
+    cycling through ``counts`` (records each count it handed out in ``seen``)."""
+
+    seen: list[int] = []
+
+    def __init__(self, counts: list[int], every: int, *, max_threads: int, **kw: object) -> None:
+        self.counts = [max(1, min(c, max_threads)) for c in counts]
+        self.every, self.n, self.i = every, 0, 0
+        self.count = self.counts[0]
+        self.history: list[Any] = []
+
+    def tick(self) -> int | None:
+        self.n += 1
+        if self.n % self.every:
+            return None
+        self.i = (self.i + 1) % len(self.counts)
+        self.count = self.counts[self.i]
+        _CyclingTuner.seen.append(self.count)
+        return self.count
+
+    def restart(self) -> None:
+        pass
+
+
+@contextmanager
+def changing_threads(counts: list[int], every: int = 5) -> Iterator[list[int]]:
+    """Shard lanes whose thread count (``lanes="auto"``) changes every ``every`` samples,
+    cycling through ``counts`` (every ``SourceRun`` built inside, and in DataLoader
+    workers forked inside); yields the counts handed out in this process."""
+    import functools
+
+    import streambuf._source as source_mod
+
+    saved = source_mod.ThreadTuner
+    _CyclingTuner.seen = []
+    source_mod.ThreadTuner = functools.partial(  # type: ignore[misc]
+        _CyclingTuner, counts, every
+    )
+    try:
+        yield _CyclingTuner.seen
+    finally:
+        source_mod.ThreadTuner = saved  # type: ignore[misc]

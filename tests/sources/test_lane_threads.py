@@ -1,0 +1,235 @@
+"""Threads over shard lanes (``shards(lanes="auto")``, issue 26): the lanes (and so the
+order, the cursors and a resume) are ``AUTO_LANES``; how many threads drive them is
+chosen at run time (``ThreadTuner``) and may change in the middle of a stream. Each
+change ends a phase at a round's end, so the order, every-sample-once, the byte bound
+and an exact resume hold whatever the count does."""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import streambuf as sb
+from streambuf._lanes import LaneRunner
+from streambuf.sources import stream_shards
+from streambuf.sources.options import AUTO_LANES
+from streambuf.testing import check_resume
+from streambuf.window import Window
+
+from .helpers import changing_threads, expected_keys, make_shards, switching_lanes
+from .httpserver import FaultyServer
+
+pytestmark = pytest.mark.timeout(120)
+
+COUNTS = [1, 8, 3, 2, 5, 1, 4]
+
+
+@pytest.fixture
+def shard_urls(tmp_path: Path) -> list[str]:
+    return [str(p) for p in make_shards(tmp_path, 13, 9, payload=300)]
+
+
+def _round_robin(lengths: list[int], start: int) -> list[tuple[int, int]]:
+    """The window's round-robin order of lanes of these lengths, from lane ``start``."""
+    k, out, made = len(lengths), [], [0] * len(lengths)
+    lane = start
+    while any(m < n for m, n in zip(made, lengths)):
+        if made[lane] < lengths[lane]:
+            out.append((lane, made[lane]))
+            made[lane] += 1
+        lane = (lane + 1) % k
+    return out
+
+
+@pytest.mark.parametrize("start", [0, 3, 7])
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+def test_fewer_threads_than_lanes_keep_the_order_in_a_tight_window(
+    threads: int, start: int
+) -> None:
+    """Thread ``j`` drives lanes ``j, j+m, ...`` in the order the window delivers them
+    from ``start``: with room for 2 items a thread that made a later lane's item first
+    would wait for room only it can free (a deadlock: caught by the bounded join)."""
+    rng = random.Random(threads * 10 + start)
+    lengths = [rng.randrange(3, 12) for _ in range(8)]
+
+    def work(lane: int) -> Any:
+        for i in range(lengths[lane]):
+            if rng.random() < 0.3:
+                time.sleep(0.001)  # lanes finish their items out of step
+            yield (lane, i)
+
+    window: Window[Any] = Window(
+        lanes=8, order="round_robin", max_items=2, max_bytes=1 << 20, start_lane=start
+    )
+    runner = LaneRunner(
+        [functools.partial(work, t) for t in range(8)],
+        window=window,
+        name="test",
+        sizeof=lambda _: 1,
+        threads=threads,
+        first_lane=start,
+    )
+    got: list[Any] = []
+    th = threading.Thread(target=lambda: got.extend(runner), daemon=True)
+    th.start()
+    th.join(10)
+    stuck = th.is_alive()
+    runner.close()
+    assert not stuck, f"{threads} threads over 8 lanes from lane {start}: stuck after {len(got)}"
+    assert got == _round_robin(lengths, start)
+    assert runner.started == threads
+
+
+def test_threads_refuse_a_gate() -> None:
+    window: Window[Any] = Window(lanes=4, order="round_robin", max_items=4, max_bytes=64)
+    with pytest.raises(ValueError, match="threads="):
+        LaneRunner([iter] * 4, window=window, name="t", threads=2, gate=lambda _: True)
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_changing_thread_counts_keep_the_fixed_lanes_order(
+    shard_urls: list[str], adaptive: bool
+) -> None:
+    ref = [s["__key__"] for s in stream_shards(shard_urls, lanes=AUTO_LANES, adaptive=False)]
+    with changing_threads(COUNTS, every=4) as seen, switching_lanes():
+        stream = stream_shards(shard_urls, lanes="auto", adaptive=adaptive, max_items=8)
+        got = [s["__key__"] for s in stream]
+    assert got == ref
+    assert len(got) == 13 * 9 and set(got) == expected_keys(13, 9)
+    assert len(set(seen)) >= 3, seen  # the count did change, several times
+
+
+class _SlowLaneZero:
+    """An ``Access`` of 16 shards x 10 items whose lane 0 (shards 0 and 8) takes 15 ms
+    an item while the others take none: the others run ahead as far as the window's
+    room lets them, so a phase's lanes stand at different counts when it is asked to
+    end."""
+
+    threaded = True
+
+    def read(self, lane: int, shard: int, /, *, index: int, hint: Any) -> Any:
+        for i in range(index, 10):
+            if shard % 8 == 0:
+                time.sleep(0.015)
+            yield i, None, None, (shard, i)
+
+    def fetch(self, shard: int, wanted: list[tuple[int, Any]], /) -> Any:
+        return iter([])
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_change_ends_the_phase_at_a_rounds_end_when_lanes_run_ahead() -> None:
+    from streambuf._ledger import Ledger
+    from streambuf._source import SourceRun
+
+    def run(threads: Any) -> list[Any]:
+        src = SourceRun(
+            _SlowLaneZero(), range(16), ledger=Ledger(), lanes=8, max_items=32, threads=threads
+        )
+        return [rec.value for rec in src]
+
+    ref = run(None)
+    with changing_threads([2, 8, 3, 5], every=5) as seen:
+        got = run("auto")
+    assert len(seen) >= 4, seen
+    assert got == ref
+    assert sorted(got) == sorted((s, i) for s in range(16) for i in range(10))
+
+
+def test_the_phases_run_the_tuners_count(shard_urls: list[str]) -> None:
+    """Each threaded phase runs as many threads as the tuner says (the shared gauge
+    ``stats().threads`` records every change). The lanes hold at most 8 samples, so a
+    change (every 6 samples) ends its phase soon."""
+    with changing_threads(COUNTS, every=6):
+        pipe = sb.shards(
+            shard_urls, lanes="auto", adaptive=False, shuffle_shards=False, max_items=8
+        )
+        assert [t.stage for t in pipe.stats().threads] == ["shards"]
+        n = 0
+        for _ in pipe:
+            n += 1
+            if n == 30:
+                now = pipe.stats().threads[0]
+                assert now.running == 1 and 1 <= now.threads <= AUTO_LANES
+    got = pipe.stats().threads[0]
+    assert n == 13 * 9
+    assert got.changes >= 8, got
+    assert got.threads == 0 and got.running == 0 and got.max_threads == AUTO_LANES
+
+
+def _pipeline(urls: list[str]) -> sb.Pipeline:
+    return (
+        sb.shards(urls, lanes="auto", adaptive=False, shuffle_shards=True, seed=4, max_items=8)
+        .shuffle(5, seed=2)
+        .batch(4)
+    )
+
+
+def _keys(batch: Any) -> list[str]:
+    return list(batch["__key__"])
+
+
+def test_resume_is_exact_while_the_thread_count_changes(shard_urls: list[str]) -> None:
+    """The resumed run's tuner starts afresh (other counts at other moments than the
+    uninterrupted run's), yet the rest is the same, batch for batch."""
+    with changing_threads([2, 7, 1, 4], every=3):
+        check_resume(
+            functools.partial(_pipeline, shard_urls),
+            num_workers=(0, 2),
+            stops=(1, 6, "last"),
+            ids=_keys,
+        )
+
+
+def test_the_tuner_is_bounded_by_the_byte_room(tmp_path: Path) -> None:
+    """Each thread's sample in flight is reserved in the window: with room for three
+    samples the tuner never asks for more than three threads."""
+    urls = [str(p) for p in make_shards(tmp_path, 8, 6, payload=20_000)]
+    stream = stream_shards(urls, lanes="auto", adaptive=False, max_bytes=3 * 20_600)
+    keys = [s["__key__"] for s in stream]
+    assert len(keys) == 48
+    tuner = stream._run.tuner
+    assert tuner is not None
+    assert tuner.limit() <= 3, tuner.limit()
+    assert all(c <= 3 for _, c, _ in tuner.history), tuner.history
+
+
+def test_the_tuner_climbs_on_a_waiting_stream(tmp_path: Path) -> None:
+    """Over HTTP where every request waits 20 ms and a shard is 3 samples, a thread
+    waits on each shard it opens: more threads deliver more, so the real tuner climbs
+    above where it starts (4); every sample arrives once, in the fixed lanes' order.
+    (A long shard streams into its socket while its thread serves other lanes: there
+    the lanes, not the threads, keep the requests going.)"""
+    paths = [str(p) for p in make_shards(tmp_path / "s", 80, 3, payload=1000)]
+    ref = [s["__key__"] for s in stream_shards(paths, lanes=AUTO_LANES, adaptive=False)]
+    with FaultyServer(tmp_path / "s") as srv:
+        srv.latency_s = 0.02
+        urls = [srv.url(f"shard-{i:06d}.tar") for i in range(80)]
+        stream = stream_shards(urls, lanes="auto", readahead_bytes=0, adaptive=False)
+        got = [s["__key__"] for s in stream]
+        tuner = stream._run.tuner
+    assert got == ref
+    assert set(got) == expected_keys(80, 3)
+    assert tuner is not None
+    assert tuner.history and max(c for _, c, _ in tuner.history) > 4, tuner.history
+
+
+def test_auto_lanes_in_a_loader_report_their_threads(shard_urls: list[str]) -> None:
+    pipe = sb.shards(shard_urls, lanes="auto", adaptive=False).batch(3)
+    with sb.Loader(pipe, num_workers=2, max_batches=2, max_bytes="32MiB", timeout_s=60) as ld:
+        it = iter(ld)
+        keys = list(next(it)["__key__"])
+        mid = pipe.stats().threads[0]
+        keys += [k for b in it for k in b["__key__"]]
+    assert sorted(keys) == sorted(expected_keys(13, 9))
+    assert mid.stage == "shards" and 1 <= mid.running <= 2 and mid.threads >= 1, mid
+    end = pipe.stats().threads[0]
+    assert end.threads == 0 and end.running == 0, end
