@@ -22,7 +22,7 @@ from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
 from .._shared import SharedInt
 from .._source_kinds import SequenceSource
-from .._units import check_int, parse_count
+from .._units import check_int
 from ..errors import AudioError, StageError
 from ..io.urls import UrlSpec, expand_urls, secrets_of
 from ..pipeline import Pipeline
@@ -30,7 +30,7 @@ from ..sharding import Sharding
 from ..video.audio import AudioSamples
 from ..video.member import member_bytes, sample_index
 from ..video.probe import _import_av
-from ..video.source import LaneReader, VideoAccess
+from ..video.source import LaneReader, VideoAccess, check_threads
 from .decode import AudioDecodeStats, decode_audio_clips
 from .samplers import AudioClipSampler
 
@@ -84,7 +84,7 @@ class AudioReader(LaneReader):
     sampler: AudioClipSampler
     sample_rate: int | None = None
     channels: int | None = None
-    threads: int = 2
+    threads: int | str = 2
     on_error: OnError = "raise"
     max_failures: int | None = None
     storage_options: Mapping[str, Any] | None = None
@@ -98,10 +98,13 @@ class AudioReader(LaneReader):
     counters: SharedCounters = field(
         default_factory=lambda: SharedCounters(_COUNTERS), compare=False, repr=False
     )
+    thread_counters: SharedCounters | None = field(default=None, compare=False, repr=False)
 
     def stats(self) -> PipelineStats:
         """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
-        return PipelineStats(audio=AudioDecodeStats(**self.counters.totals()))
+        return PipelineStats(
+            audio=AudioDecodeStats(**self.counters.totals()), threads=self.thread_stats()
+        )
 
 
 def clips(
@@ -111,7 +114,7 @@ def clips(
     sampler: AudioClipSampler,
     sample_rate: int | None = None,
     channels: int | None = None,
-    threads: int = 2,
+    threads: int | str = 2,
     seed: int = 0,
     shuffle_files: bool = True,
     on_error: OnError = "raise",
@@ -139,7 +142,8 @@ def clips(
             ``every_window`` (``streambuf.audio``).
         sample_rate, channels: resample / downmix to these (None: each file's own; give
             both to batch files of mixed formats).
-        threads: files decoded at once per worker.
+        threads: files decoded at once per worker; ``"auto"``: 4 files at once, driven
+            by as many threads as measurably pay (the order is that of ``threads=4``).
         seed, shuffle_files: the file order is permuted per (seed, epoch); the samplers
             are seeded by (seed, epoch, file index).
         on_error, max_failures: "raise" or "skip" bad files (counted, at most this many
@@ -148,7 +152,7 @@ def clips(
         rank, world_size: override ``torch.distributed``.
     """
     _check(sampler, sample_rate, channels)
-    parse_count(threads, name="threads")
+    check_threads(threads)
     FailurePolicy(on_error, max_failures, stage="audio")  # validates both
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any, ClassVar
 
 from .._contracts import ReaderRun, WorkerContext
-from .._counters import PipelineStats, SharedCounters
+from .._counters import THREAD_COUNTS, PipelineStats, SharedCounters, thread_gauge, thread_stats
 from .._failures import FailurePolicy, OnError
 from .._source_kinds import SequenceSource
 from .._units import check_choice, check_int, parse_count
@@ -230,21 +230,56 @@ class VideoAccess:
         pass  # lanes stop at their next reservation; each closes its container
 
 
+# threads="auto": the files a worker decodes at once (the lanes: they fix the order, as
+# a fixed count would); how many threads drive them is chosen at run time (ThreadTuner)
+AUTO_DECODE_LANES = 4
+
+
+def check_threads(threads: Any) -> None:
+    """``threads=`` of ``clips()``: an int >= 1 or ``"auto"``."""
+    if threads != "auto":
+        if isinstance(threads, str):
+            raise ValueError(f"threads={threads!r} must be an int >= 1 or 'auto'")
+        parse_count(threads, name="threads")
+
+
 class LaneReader:
     """``lanes()`` and ``open()`` of a reader whose files are decoded on lane threads
     (videos, audio files): one lane per thread, round robin, ``items_per_lane`` items
     queued per lane within the stage byte grant; a subclass names its ``Access`` and
-    stage and holds ``threads`` and ``default_bytes``."""
+    stage and holds ``threads``, ``default_bytes`` and ``thread_counters``.
+
+    ``threads="auto"``: ``AUTO_DECODE_LANES`` lanes (the order is that fixed count's),
+    driven by as many threads as the tuner finds pay (``streambuf._source``), shown in
+    ``stats().threads`` under the stage's name."""
 
     access_type: ClassVar[type[VideoAccess]]
     stage_name: ClassVar[str]
     items_per_lane: ClassVar[int] = _ITEMS_PER_LANE
-    threads: int
+    threads: int | str
     default_bytes: int
+    thread_counters: SharedCounters | None
+
+    def __post_init__(self) -> None:
+        if self.threads == "auto" and self.thread_counters is None:
+            object.__setattr__(self, "thread_counters", SharedCounters(THREAD_COUNTS))
 
     def lanes(self) -> tuple[int, str]:
-        """``(lanes, order)`` a slot's files are decoded with: one lane per thread."""
-        return max(1, self.threads), "round_robin"
+        """``(lanes, order)`` a slot's files are decoded with: one lane per thread
+        (``"auto"``: ``AUTO_DECODE_LANES``)."""
+        if self.threads == "auto":
+            return AUTO_DECODE_LANES, "round_robin"
+        return max(1, int(self.threads)), "round_robin"
+
+    def thread_stats(self) -> tuple[Any, ...]:
+        """``threads="auto"``: the threads over the lanes, for ``PipelineStats.threads``."""
+        tc = self.thread_counters
+        return () if tc is None else (thread_stats(self.stage_name, tc, AUTO_DECODE_LANES),)
+
+    def workers_ended(self) -> None:
+        """The workers are gone: none runs lane threads now (their gauges go to 0)."""
+        if self.thread_counters is not None:
+            self.thread_counters.zero(("threads", "running"))
 
     def open(
         self,
@@ -264,6 +299,12 @@ class LaneReader:
             max_items=self.items_per_lane * lanes,
             max_bytes=stage_bytes or self.default_bytes,
             name=self.stage_name,
+            threads="auto" if self.threads == "auto" else None,
+            on_threads=(
+                None
+                if self.thread_counters is None
+                else thread_gauge(self.thread_counters, ctx.worker)
+            ),
         )
 
 
@@ -280,7 +321,7 @@ class VideoReader(LaneReader):
     height: int | None = None
     layout: Layout = "TCHW"
     ffmpeg_threads: int = 1
-    threads: int = 2
+    threads: int | str = 2
     on_error: OnError = "raise"
     max_failures: int | None = None
     storage_options: Mapping[str, Any] | None = None
@@ -295,10 +336,13 @@ class VideoReader(LaneReader):
     counters: SharedCounters = field(
         default_factory=lambda: SharedCounters(_DECODE), compare=False, repr=False
     )
+    thread_counters: SharedCounters | None = field(default=None, compare=False, repr=False)
 
     def stats(self) -> PipelineStats:
         """What the pipeline's workers decoded so far (``Pipeline.stats()``)."""
-        return PipelineStats(videos=DecodeStats(**self.counters.totals()))
+        return PipelineStats(
+            videos=DecodeStats(**self.counters.totals()), threads=self.thread_stats()
+        )
 
 
 def fixed_clip_count(sampler: ClipSampler) -> int | None:
@@ -320,7 +364,7 @@ def clips(
     height: int | None = None,
     layout: Layout = "TCHW",
     ffmpeg_threads: int = 1,
-    threads: int = 2,
+    threads: int | str = 2,
     seed: int = 0,
     shuffle_videos: bool = True,
     on_error: OnError = "raise",
@@ -353,7 +397,9 @@ def clips(
         width, height: output size (resized in swscale); one alone keeps the aspect ratio.
         layout: "TCHW" (default), "THWC" or "CTHW".
         ffmpeg_threads: FFmpeg threads per decoder (keep 1 inside DataLoader workers).
-        threads: videos decoded concurrently per worker (lane threads).
+        threads: videos decoded concurrently per worker (lane threads); ``"auto"``:
+            ``AUTO_DECODE_LANES`` (4) videos at once, driven by as many threads as
+            measurably pay (the order is that of ``threads=4``).
         seed: seeds the video order and the samplers (with the epoch).
         shuffle_videos: permute the video order every epoch.
         on_error, max_failures: "raise" (default) or "skip" bad videos, at most this many
@@ -399,7 +445,7 @@ def clips(
         if value is not None:
             check_int(value, name=arg, minimum=1)
     check_int(ffmpeg_threads, name="ffmpeg_threads")  # 0: FFmpeg decides
-    parse_count(threads, name="threads")
+    check_threads(threads)
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both

@@ -176,3 +176,20 @@ MUTANTS += [
         _lt + "::test_the_phases_run_the_tuners_count",
     ),
 ]
+_vc = "tests/video/test_clips_pipeline.py"
+MUTANTS += [
+    _m(
+        "video threads='auto' decodes another count of videos at once (another order)",
+        "streambuf/video/source.py",
+        '            return AUTO_DECODE_LANES, "round_robin"',
+        '            return 2, "round_robin"',
+        _vc + "::test_threads_auto_decodes_four_videos_at_once_in_their_order",
+    ),
+    _m(
+        "video threads='auto' runs one thread per lane (the tuner is never asked)",
+        "streambuf/video/source.py",
+        '            threads="auto" if self.threads == "auto" else None,',
+        "            threads=None,",
+        _vc + "::test_threads_auto_decodes_four_videos_at_once_in_their_order",
+    ),
+]

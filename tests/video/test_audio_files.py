@@ -226,3 +226,22 @@ def test_bad_options_are_refused_before_decoding(
         sb.audio.clips([str(audio_dir / "ramp0.wav")], **args)
     with pytest.raises((ValueError, TypeError), match="seconds"):
         sb.audio.clips_at_random_timestamps(seconds=0)
+
+
+def test_threads_auto_in_a_loader_keeps_the_order_of_four_lanes(audio_root: Path) -> None:
+    def run(threads: Any) -> list[Any]:
+        pipe = sb.audio.clips(
+            sorted(str(p) for p in ROOT.glob("ramp*.*")) * 2,
+            sampler=sb.audio.clips_at_random_timestamps(num_clips=3, seconds=0.5),
+            sample_rate=8000,
+            seed=2,
+            threads=threads,
+        ).batch(3)
+        with sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="16MiB", timeout_s=60) as ld:
+            out = [i for b in ld for i in batch_ids(b)]
+        if threads == "auto":
+            (t,) = pipe.stats().threads
+            assert t.stage == "audio" and t.max_threads == 4 and t.running == 0, t
+        return out
+
+    assert run("auto") == run(4)

@@ -276,3 +276,27 @@ def test_cache_options_are_checked_for_videos(paths, tmp_path) -> None:
         clips(paths, sampler=SAMPLER, cache_limit="1GiB")
     with pytest.raises(ValueError, match="not a URL"):
         clips(paths, sampler=SAMPLER, cache_dir="s3://bucket/x", cache_limit="1GiB")
+
+
+def test_threads_auto_decodes_four_videos_at_once_in_their_order(paths) -> None:
+    """``threads="auto"``: 4 lanes (the order of ``threads=4``), driven by a thread count
+    that changes every couple of clips here (a tuner double); ``stats().threads`` shows
+    the changes under the stage's name."""
+    from tests.sources.helpers import changing_threads
+
+    many = paths * 3
+    ref = [key(c) for c in clips(many, sampler=SAMPLER, threads=4, seed=1)]
+    with changing_threads([1, 4, 2, 3], every=2) as seen:
+        pipe = clips(many, sampler=SAMPLER, threads="auto", seed=1)
+        got = list(pipe)
+    assert [key(c) for c in got] == ref
+    assert len(set(seen)) >= 3, seen
+    (t,) = pipe.stats().threads
+    assert t.stage == "video" and t.max_threads == 4 and t.changes >= 2, t
+    assert t.threads == 0 and t.running == 0, t  # the run ended
+
+
+def test_threads_must_be_a_count_or_auto(paths) -> None:
+    for bad in ("many", 0, 2.5):
+        with pytest.raises((TypeError, ValueError), match="threads"):
+            clips(paths, sampler=SAMPLER, threads=bad)
