@@ -100,7 +100,9 @@ class SharedCounters:
 
 @dataclass(frozen=True)
 class ThreadStats:
-    """A ``map(threads="auto")`` stage's thread count (``PipelineStats.threads``).
+    """The thread count of a stage that chooses it at run time (``PipelineStats.threads``):
+    a ``map(threads="auto")``, the lanes of ``shards(lanes="auto")`` (stage ``"shards"``),
+    of ``video.clips(threads="auto")`` (``"video"``) and ``audio.clips`` (``"audio"``).
 
     Attributes:
         stage: the stage's name (``map(fn)``).
@@ -108,6 +110,8 @@ class ThreadStats:
         running: workers running the stage now.
         changes: count changes so far (every worker, every epoch).
         max_threads: the ceiling per worker.
+        mean: threads per worker, averaged over the time workers ran the stage so far
+            (0.0 before any ran it).
     """
 
     stage: str
@@ -115,6 +119,7 @@ class ThreadStats:
     running: int
     changes: int
     max_threads: int
+    mean: float = 0.0
 
 
 # threads now, workers running, changes; thread-ns and running-ns: the mean count (report)
@@ -148,7 +153,8 @@ def thread_gauge(counters: SharedCounters, worker: int) -> Callable[[int], None]
 def thread_stats(stage: str, counters: SharedCounters, max_threads: int) -> ThreadStats:
     """A stage's ``ThreadStats`` from its ``THREAD_COUNTS`` rows."""
     c = counters.totals()
-    return ThreadStats(stage, c["threads"], c["running"], c["changes"], max_threads)
+    mean = c["thread_ns"] / c["run_ns"] if c["run_ns"] else 0.0
+    return ThreadStats(stage, c["threads"], c["running"], c["changes"], max_threads, mean)
 
 
 @dataclass(frozen=True)

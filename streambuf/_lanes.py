@@ -83,9 +83,14 @@ class LaneRunner(Generic[T]):
             more, ``seal()`` gives up on the rest.
         gate: asked on lane ``t``'s thread before each reservation; may block (a parked
             lane); False ends the lane.
-        threads: threads driving the lanes (default: one per lane); thread ``j`` drives
-            lanes ``j, j+threads, ...`` in the window's delivery order from ``first_lane``
-            (round robin: the lane delivered first). Not with ``gate``/``initial``.
+        threads: threads driving the lanes (default: one per lane); the lanes in the
+            window's delivery order from ``first_lane`` (round robin: the lane delivered
+            first) are dealt out in turn: thread ``j`` drives the ``j``-th, the
+            ``j+threads``-th, ... Not with ``gate``/``initial``.
+        live: the lanes to run (default: all); the others are finished at once (their
+            works already ended), and dealing ``threads`` out skips them.
+        largest: bytes of the largest item made before (a reservation's estimate until
+            this runner makes a larger one; -1: none known, a lane's share).
     """
 
     def __init__(
@@ -106,6 +111,8 @@ class LaneRunner(Generic[T]):
         gate: Callable[[int], bool] | None = None,
         threads: int | None = None,
         first_lane: int = 0,
+        live: Sequence[int] | None = None,
+        largest: int = -1,
     ) -> None:
         if not works:
             raise ValueError(f"{name}: a LaneRunner needs at least one lane")
@@ -125,14 +132,19 @@ class LaneRunner(Generic[T]):
         if window.order == "sequence" and not numbered:
             raise ValueError(f"{name}: a 'sequence' window needs numbered works")
         self._threads: list[threading.Thread] = []
-        if threads is None or threads >= self._lanes:
-            self._groups = [[t] for t in range(self._lanes)]
+        run = set(range(self._lanes) if live is None else live)
+        self._ended = [t for t in range(self._lanes) if t not in run]  # finished at start
+        if threads is None or threads >= len(run):
+            self._groups = [[t] for t in sorted(run)]
         else:
             if gate is not None or initial is not None:
                 raise ValueError(f"{name}: threads= drives whole lane groups: no gate, initial")
             m = max(1, int(threads))
-            ahead = sorted(range(self._lanes), key=lambda t: (t - first_lane) % self._lanes)
-            self._groups = [[t for t in ahead if t % m == j] for j in range(m)]
+            # any subsequence of the delivery order is in delivery order: dealt out in turn
+            ahead = sorted(run, key=lambda t: (t - first_lane) % self._lanes)
+            self._groups = [ahead[j::m] for j in range(m)]
+        if not self._groups:
+            raise ValueError(f"{name}: no live lane to run")
         groups = len(self._groups)
         self._initial = groups if initial is None else max(1, min(initial, groups))
         self._gate = gate
@@ -140,7 +152,7 @@ class LaneRunner(Generic[T]):
         self._sealed = False  # no lane starts any more (its unstarted lanes are finished)
         self._started = False
         self._closed = False
-        self._largest = -1  # bytes of the largest item made so far (all lanes)
+        self._largest = largest  # bytes of the largest item made so far (all lanes)
 
     @property
     def lanes(self) -> int:
@@ -232,6 +244,9 @@ class LaneRunner(Generic[T]):
         with self._start_lock:
             if self._closed or self._sealed:
                 return
+            for lane in self._ended:
+                self.window.finish(lane)
+            self._ended = []
             for j in range(len(self._threads), want):
                 th = threading.Thread(
                     target=self._run,
@@ -254,6 +269,9 @@ class LaneRunner(Generic[T]):
             if self._sealed:
                 return
             self._sealed = True
+            for lane in self._ended:
+                self.window.finish(lane)
+            self._ended = []
             for group in self._groups[len(self._threads) :]:
                 for lane in group:
                     self.window.finish(lane)

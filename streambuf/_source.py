@@ -22,13 +22,15 @@ either way: a threaded phase ends with every lane at the same count of items mad
 it began (a lane inside a read counts), so the buffer drains whole rounds; the inline
 reader continues round robin from the lane due next. Local files start inline.
 
-**Threads** (``threads=``): a threaded phase runs ``threads`` threads over the ``lanes``
-(thread ``j`` drives lanes ``j, j+threads, ...`` in delivery order: ``LaneRunner``); the
-order, the cursors and a resume follow from ``lanes`` alone, so the thread count may
-change at run time. ``threads="auto"`` (``shards(lanes="auto")``): a ``ThreadTuner``
-(``streambuf._tuner``) picks it from the rate the consumer sees, up to ``lanes`` and the
-byte room; a change ends the phase as a pause does (every lane at a round's end, the
-window drained) and the next phase runs the new count.
+**Threads** (``threads=``): a threaded phase runs ``threads`` threads over the lanes
+not yet exhausted (dealt out in delivery order: ``LaneRunner``); the order, the cursors
+and a resume follow from ``lanes`` alone, so the thread count may change at run time.
+``threads="auto"`` (``shards(lanes="auto")``): a ``ThreadTuner`` (``streambuf._tuner``)
+picks it from the rate the consumer sees, up to ``lanes`` and the byte room (one sample
+in flight per thread); a change ends the phase as a pause does (every lane at a round's
+end, the window drained) and the next phase runs the new count. So does a lane running
+out while threads share lanes (its thread would idle while another has two): the next
+phase deals the lanes left. ``phases`` records the thread count of each phase.
 
 **Cursor** (``cursor()``, under the ledger's lock): per lane, where the consumer side is:
 ``[slot_index, next_index, next_hint]`` (``slot_index`` in the slot's shard list) or
@@ -57,7 +59,8 @@ from typing import Any, Protocol
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
-from ._tuner import START_THREADS, ThreadTuner
+from ._tuner import START_THREADS, ThreadTuner, room_for
+from ._units import check_count_or_auto
 from .buffer import Order
 from .errors import add_note
 from .sizing import nbytes
@@ -152,17 +155,15 @@ class SourceRun:
         self._stop_at: int | None = None
         self._closing = False
         # threads over the lanes in a threaded phase: fixed, or tuned (``threads="auto"``)
-        if (
-            threads is not None
-            and threads != "auto"
-            and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1)
-        ):
-            raise ValueError(f"threads={threads!r} must be an int >= 1, 'auto' or None")
+        if threads is not None:
+            check_count_or_auto(threads, name="threads")
         self._auto = threads == "auto" and k > 1 and getattr(access, "threaded", True)
         self.threads = k if threads is None or threads == "auto" else min(int(threads), k)
         self.tuner: ThreadTuner | None = None  # built when iteration starts
         self._on_threads = on_threads
         self._largest = -1  # bytes of the largest sample read so far (any phase)
+        self.phases: list[int] = []  # threads of each threaded phase, in order
+        self._regroup = False  # a lane ran out while threads share lanes: deal again
 
     # -- the slot's share and what is already done ----------------------------------------
     def _keep(self, shard: int, index: int) -> bool:
@@ -283,6 +284,8 @@ class SourceRun:
             self.tuner = ThreadTuner(
                 max_threads=k, start=min(START_THREADS, k), window=max(32, 4 * k), room=self._room
             )
+            if self._on_threads is not None:  # running from now (inline phases included)
+                self._on_threads(self.tuner.count)
         inline_before = False
         try:
             yield from self._replayed()
@@ -352,8 +355,13 @@ class SourceRun:
         in the window before it is read (``ThreadTuner``'s limit)."""
         runner = self._runner
         largest = max(self._largest, runner.largest if runner is not None else -1)
-        items = max(self.max_items, len(self._gens))
-        return max(1, min(items, self.max_bytes // largest if largest > 0 else items))
+        return room_for(max(self.max_items, len(self._gens)), self.max_bytes, largest)
+
+    def _want(self) -> int:
+        """Threads for a phase now: the tuner's count (or the fixed one), within the byte
+        room and the lanes not exhausted."""
+        count = self.tuner.count if self.tuner is not None else self.threads
+        return max(1, min(count, self._room(), sum(not d for d in self._done)))
 
     def _threaded(self, chooser: InlineChooser | None) -> Iterator[Rec]:
         """One phase of lane threads: until the readers end, or ``chooser`` asks for a
@@ -363,7 +371,10 @@ class SourceRun:
         from."""
         k = len(self._gens)
         tuner = self.tuner
-        threads = tuner.count if tuner is not None else self.threads
+        live = [t for t in range(k) if not self._done[t]]
+        threads = self._want()
+        self.phases.append(threads)
+        self._regroup = False
         self._made = [0] * k
         self._driving = [False] * k
         self._stop_at = None
@@ -387,6 +398,8 @@ class SourceRun:
             describe=self._describe,
             threads=threads,
             first_lane=self._next_lane,
+            live=live,
+            largest=self._largest,
         )
         self._runner = runner
         if self._on_threads is not None:
@@ -399,8 +412,10 @@ class SourceRun:
                     self._end_phase()
                 # (no tuning while a phase drains: its rate is the drain's)
                 if tuner is not None and self._stop_at is None:
-                    if tuner.tick() is not None and tuner.count != threads:
+                    if tuner.tick() is not None and self._want() != threads:
                         self._end_phase()
+                if self._regroup:
+                    self._end_phase()
         finally:
             self._largest = max(self._largest, runner.largest)
             runner.close()
@@ -435,6 +450,8 @@ class SourceRun:
                 with gate:
                     self._driving[lane] = False
                     self._done[lane] = True
+                    # threads share lanes: this one's thread may now idle: deal again
+                    self._regroup = self.phases[-1] < sum(not d for d in self._done)
                 return
             except BaseException:
                 with gate:

@@ -45,9 +45,18 @@ from typing import Protocol
 
 from .resources import cpu_limit, cpu_seconds
 
-__all__ = ["START_THREADS", "Lead", "ThreadTuner"]
+__all__ = ["START_THREADS", "Lead", "ThreadTuner", "room_for"]
 
 START_THREADS = 4  # where a climb begins
+
+
+def room_for(max_items: int, max_bytes: int, largest: int) -> int:
+    """Threads a window's bounds have room for, each with one item in flight reserved
+    (``largest``: bytes of the largest item made so far; <= 0: none yet, the count
+    bound alone): a ``ThreadTuner``'s ``room``."""
+    if largest <= 0:
+        return max_items
+    return max(1, min(max_items, max_bytes // largest))
 
 
 class ThreadTuner:

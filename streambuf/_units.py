@@ -143,6 +143,15 @@ def parse_count(value: int, *, name: str) -> int:
     return check_int(value, name=name, minimum=1)
 
 
+def check_count_or_auto(value: Any, *, name: str) -> int | str:
+    """``value``: an int >= 1, or ``"auto"`` (chosen at run time)."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str):
+        raise ValueError(f"{name}={value!r} must be an int >= 1 or 'auto'")
+    return parse_count(value, name=name)
+
+
 def check_int(value: Any, *, name: str, minimum: int = 0, maximum: int | None = None) -> int:
     """An int (not a bool) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -133,6 +133,11 @@ class MixSpec:
     def label(self, shard: int) -> str:
         return f"mixed source {shard} ({self.pipelines[shard]!r})"
 
+    def workers_ended(self) -> None:
+        """The Loader's workers are gone: each source's thread gauges go back to 0."""
+        for p in self.pipelines:
+            p._workers_ended()
+
     def stats(self) -> PipelineStats:
         """Its draws, and what each source counts."""
         return PipelineStats(

@@ -341,17 +341,21 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         return tuple(replace(s, threads=n) for s, n in zip(got, self._stage_threads()))
 
     def _stage_threads(self) -> list[int]:
-        """Threads per link (source, stages, downstream): the source's lanes, a threaded
-        map's per worker (``"auto"``: the mean over its runs so far), else 1."""
+        """Threads per link (source, stages, downstream): the source's lanes (chosen at
+        run time: the mean thread count so far), a threaded map's per worker
+        (``"auto"``: the mean over its runs so far), else 1."""
         lanes = self._src.lanes()
         out = [max(1, lanes[0]) if lanes else 1]
+        tuned = self._src.stats().threads  # a reader whose threads are chosen at run time
+        if tuned and tuned[0].mean:
+            out[0] = max(1, round(tuned[0].mean))
         for stage in self._stages:
             n = 1
             if isinstance(stage, Map) and stage.threaded:
                 n, auto = parse_threads(stage.threads, stage.max_threads)
-                if auto and stage.counters is not None:  # the mean count over its runs
-                    c = stage.counters.totals()
-                    n = round(c["thread_ns"] / c["run_ns"]) if c["run_ns"] else START_THREADS
+                got = stage.thread_stats() if auto else None
+                if got is not None:  # the mean count over its runs
+                    n = round(got.mean) if got.mean else START_THREADS
             out.append(max(1, n))
         return [*out, 1]
 

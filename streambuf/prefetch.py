@@ -48,8 +48,8 @@ from typing import Any, Generic, TypeVar
 
 from ._inline import InlineChooser
 from ._lanes import AGAIN, LaneRunner
-from ._tuner import START_THREADS, Lead, ThreadTuner
-from ._units import parse_count
+from ._tuner import START_THREADS, Lead, ThreadTuner, room_for
+from ._units import check_count_or_auto, parse_count
 from .errors import add_note
 from .sizing import nbytes
 from .stats import BufferStats
@@ -66,11 +66,9 @@ _FOLLOW_EVERY = 8  # a follower reads its leader's count every this many items
 def parse_threads(threads: Any, max_threads: Any = None) -> tuple[int, bool]:
     """``threads`` (an int >= 1 or ``"auto"``) and ``max_threads`` (None or an int >= 1,
     only with ``"auto"``) -> (lanes to provision, auto?). The one validation of both."""
-    if threads == "auto":
+    if check_count_or_auto(threads, name="threads") == "auto":
         top = MAX_THREADS if max_threads is None else parse_count(max_threads, name="max_threads")
         return top, True
-    if isinstance(threads, str):
-        raise ValueError(f"threads={threads!r} must be an int >= 1 or 'auto'")
     if max_threads is not None:
         raise ValueError(
             f"max_threads={max_threads!r} bounds threads='auto' only (threads={threads!r} "
@@ -229,10 +227,7 @@ class ThreadPrefetcher(Generic[T]):
     def _room(self) -> int:
         """Threads the bounds have room for: one item in flight each."""
         win = self._window
-        largest = self._runner.largest
-        if largest <= 0:
-            return win.max_items
-        return max(1, min(win.max_items, win.max_bytes // largest))
+        return room_for(win.max_items, win.max_bytes, self._runner.largest)
 
     def _gate(self, lane: int) -> bool:
         """Before lane ``lane`` reserves room: parks while the lane is above the count or

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._collate import Collator
-from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats, thread_gauge
+from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats, thread_gauge, thread_stats
 from ._ledger import Ledger, Rec
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
@@ -186,9 +186,9 @@ class Map(Stage):
         """``threads="auto"``: the count in use over every worker (else None)."""
         if self.counters is None:
             return None
-        c = self.counters.totals()
-        top = parse_threads(self.threads, self.max_threads)[0]
-        return ThreadStats(self.name, c["threads"], c["running"], c["changes"], top)
+        return thread_stats(
+            self.name, self.counters, parse_threads(self.threads, self.max_threads)[0]
+        )
 
     def workers_ended(self) -> None:
         """The workers are gone (shut down or killed): none runs a thread now, whether

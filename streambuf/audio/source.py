@@ -22,7 +22,7 @@ from .._counters import PipelineStats, SharedCounters
 from .._failures import FailurePolicy, OnError
 from .._shared import SharedInt
 from .._source_kinds import SequenceSource
-from .._units import check_int
+from .._units import check_count_or_auto, check_int
 from ..errors import AudioError, StageError
 from ..io.urls import UrlSpec, expand_urls, secrets_of
 from ..pipeline import Pipeline
@@ -30,7 +30,7 @@ from ..sharding import Sharding
 from ..video.audio import AudioSamples
 from ..video.member import member_bytes, sample_index
 from ..video.probe import _import_av
-from ..video.source import LaneReader, VideoAccess, check_threads
+from ..video.source import LaneReader, VideoAccess
 from .decode import AudioDecodeStats, decode_audio_clips
 from .samplers import AudioClipSampler
 
@@ -152,7 +152,7 @@ def clips(
         rank, world_size: override ``torch.distributed``.
     """
     _check(sampler, sample_rate, channels)
-    check_threads(threads)
+    check_count_or_auto(threads, name="threads")
     FailurePolicy(on_error, max_failures, stage="audio")  # validates both
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")

@@ -45,6 +45,7 @@ measured in full runs. Repeats interleaved, medians quoted.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from ._benchmark import Benchmark
@@ -255,9 +256,11 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
 
     def chose(r: dict[str, Any], peer: dict[str, Any]) -> str:
         got = r["runs"][-1].get("threads_chosen") or (0, float("nan"))
+        effs = [x["efficiency"] for x in r["runs"] if "efficiency" in x]
+        eff = f", {statistics.median(effs):.2f} of threads/latency once settled" if effs else ""
         return (
             f"batch {BATCH}, {s['workers']} workers, threads='auto' (chose {got[0]} in "
-            f"all, reached at {got[1]:.2f} s) vs {short_name(peer)}"
+            f"all, reached at {got[1]:.2f} s{eff}) vs {short_name(peer)}"
         )
 
     out: list[Headline | None] = [

@@ -141,12 +141,9 @@ def _streambuf(
     ) as loader:
         res = measure_loader(loader, len(urls) * s["per_shard"])
         res.update(loader_stats(loader))
-    counts = getattr(pipe._src, "reader", None)
-    counts = getattr(counts, "thread_counters", None)
-    if counts is not None:  # lanes="auto": the mean thread count over the lanes, per worker
-        c = counts.totals()
-        res["lane_threads_mean"] = round(c["thread_ns"] / c["run_ns"], 2) if c["run_ns"] else None
-        res["lane_thread_changes"] = c["changes"]
+    for t in pipe.stats().threads:  # lanes="auto": the threads over the lanes, per worker
+        res["lane_threads_mean"] = round(t.mean, 2)
+        res["lane_thread_changes"] = t.changes
     return res
 
 

@@ -274,6 +274,7 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
         if built.close is not None:
             built.close()
     steady = times[-1] - times[0] if len(times) > 1 else float("nan")
+    settled = _settled(cfg, times, t_build, chosen_threads(threads)) if tuned else {}
     return {
         "samples": seen,
         "expected_samples": n,
@@ -294,4 +295,26 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
             if tuned
             else {}
         ),
+        **settled,
+    }
+
+
+def _settled(
+    cfg: dict[str, Any], times: list[float], t_build: float, chosen: tuple[int, float] | None
+) -> dict[str, Any]:
+    """``threads="auto"`` on a waiting map: the rate from when the count it settled on was
+    first reached to the end, and its share of the ceiling ``threads / latency`` for that
+    count (the issue's "efficiency at the count it chose"); {} without a latency."""
+    latency = float(cfg.get("latency_s") or 0.0)
+    if chosen is None or latency <= 0:
+        return {}
+    after = [t for t in times if t >= t_build + chosen[1]]
+    if len(after) < 2 or after[-1] <= after[0]:
+        return {}
+    rate = (len(after) - 1) / (after[-1] - after[0])
+    ceiling = chosen[0] / latency / cfg["batch_size"]
+    return {
+        "settled_batches_per_s": rate,
+        "settled_batches": len(after),
+        "efficiency": rate / ceiling,
     }

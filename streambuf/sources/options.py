@@ -18,6 +18,7 @@ from typing import Any
 from .._failures import FailurePolicy, OnError
 from .._units import (
     check_choice,
+    check_count_or_auto,
     check_int,
     check_seconds,
     parse_bytes,
@@ -65,10 +66,7 @@ class ShardOptions:
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        if self.lanes != "auto":
-            if isinstance(self.lanes, str):
-                raise ValueError(f"lanes={self.lanes!r} must be an int >= 1 or 'auto'")
-            parse_count(self.lanes, name="lanes")
+        check_count_or_auto(self.lanes, name="lanes")
         parse_count(self.max_items, name="max_items")
         put(self, "max_bytes", parse_bytes(self.max_bytes, name="max_bytes"))
         check_choice(self.order, name="order", choices=("round_robin", "first_ready"))

@@ -50,7 +50,7 @@ from .._contracts import ReaderRun, WorkerContext
 from .._counters import THREAD_COUNTS, PipelineStats, SharedCounters, thread_gauge, thread_stats
 from .._failures import FailurePolicy, OnError
 from .._source_kinds import SequenceSource
-from .._units import check_choice, check_int, parse_count
+from .._units import check_choice, check_count_or_auto, check_int, parse_count
 from ..errors import StageError, VideoError, add_note
 from ..io.urls import UrlSpec, expand_urls, redact, secrets_of
 from ..pipeline import Pipeline
@@ -233,14 +233,6 @@ class VideoAccess:
 # threads="auto": the files a worker decodes at once (the lanes: they fix the order, as
 # a fixed count would); how many threads drive them is chosen at run time (ThreadTuner)
 AUTO_DECODE_LANES = 4
-
-
-def check_threads(threads: Any) -> None:
-    """``threads=`` of ``clips()``: an int >= 1 or ``"auto"``."""
-    if threads != "auto":
-        if isinstance(threads, str):
-            raise ValueError(f"threads={threads!r} must be an int >= 1 or 'auto'")
-        parse_count(threads, name="threads")
 
 
 class LaneReader:
@@ -445,7 +437,7 @@ def clips(
         if value is not None:
             check_int(value, name=arg, minimum=1)
     check_int(ffmpeg_threads, name="ffmpeg_threads")  # 0: FFmpeg decides
-    check_threads(threads)
+    check_count_or_auto(threads, name="threads")
     if storage_options is not None and not isinstance(storage_options, Mapping):
         raise TypeError(f"storage_options={storage_options!r} must be a dict or None")
     FailurePolicy(on_error, max_failures, stage=_STAGE)  # validates both

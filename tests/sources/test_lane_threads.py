@@ -47,16 +47,19 @@ def _round_robin(lengths: list[int], start: int) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.parametrize("by_bytes", [False, True])
 @pytest.mark.parametrize("start", [0, 3, 7])
 @pytest.mark.parametrize("threads", [1, 2, 3, 5])
 def test_fewer_threads_than_lanes_keep_the_order_in_a_tight_window(
-    threads: int, start: int
+    threads: int, start: int, by_bytes: bool
 ) -> None:
-    """Thread ``j`` drives lanes ``j, j+m, ...`` in the order the window delivers them
-    from ``start``: with room for 2 items a thread that made a later lane's item first
-    would wait for room only it can free (a deadlock: caught by the bounded join)."""
-    rng = random.Random(threads * 10 + start)
+    """The lanes are dealt out to the threads in the order the window delivers them from
+    ``start``: with room for 2 items (or for about 2 items' bytes, sizes varying, an
+    oversize one now and then) a thread that made a later lane's item first would wait
+    for room only it can free (a deadlock: caught by the bounded join)."""
+    rng = random.Random(threads * 10 + start + 100 * by_bytes)
     lengths = [rng.randrange(3, 12) for _ in range(8)]
+    sizes = {(t, i): rng.choice([10, 30, 60, 250]) for t in range(8) for i in range(12)}
 
     def work(lane: int) -> Any:
         for i in range(lengths[lane]):
@@ -65,13 +68,17 @@ def test_fewer_threads_than_lanes_keep_the_order_in_a_tight_window(
             yield (lane, i)
 
     window: Window[Any] = Window(
-        lanes=8, order="round_robin", max_items=2, max_bytes=1 << 20, start_lane=start
+        lanes=8,
+        order="round_robin",
+        max_items=64 if by_bytes else 2,
+        max_bytes=100 if by_bytes else 1 << 20,
+        start_lane=start,
     )
     runner = LaneRunner(
         [functools.partial(work, t) for t in range(8)],
         window=window,
         name="test",
-        sizeof=lambda _: 1,
+        sizeof=sizes.__getitem__ if by_bytes else (lambda _: 1),
         threads=threads,
         first_lane=start,
     )
@@ -84,6 +91,60 @@ def test_fewer_threads_than_lanes_keep_the_order_in_a_tight_window(
     assert not stuck, f"{threads} threads over 8 lanes from lane {start}: stuck after {len(got)}"
     assert got == _round_robin(lengths, start)
     assert runner.started == threads
+    if by_bytes:  # the count never above the bound but for one oversize item alone
+        assert window.stats().peak_bytes <= 250, window.stats()
+
+
+def test_an_error_in_one_lane_of_a_shared_thread_is_named_and_ends_every_thread() -> None:
+    def work(lane: int) -> Any:
+        for i in range(50):
+            if lane == 5 and i == 2:
+                raise OSError("disk gone")
+            yield (lane, i)
+
+    window: Window[Any] = Window(lanes=8, order="round_robin", max_items=8, max_bytes=1 << 20)
+    runner = LaneRunner(
+        [functools.partial(work, t) for t in range(8)],
+        window=window,
+        name="shared",
+        sizeof=lambda _: 1,
+        threads=3,
+    )
+    got: list[Any] = []
+    with pytest.raises(OSError, match="disk gone") as info:
+        for item in runner:
+            got.append(item)
+    assert any("on lane 5" in n for n in getattr(info.value, "__notes__", [])), info.value
+    assert got == _round_robin([50] * 8, 0)[: len(got)] and len(got) >= 16
+    assert not [t for t in threading.enumerate() if t.name.startswith("streambuf-shared")]
+
+
+def test_threads_come_back_to_work_when_their_lanes_run_out(tmp_path: Path) -> None:
+    """Two threads over 8 lanes: the first thread's lanes (0, 2, 4, 6) hold one sample
+    each, the others 20. When the short lanes end the lanes left are dealt out again,
+    so both threads read (else one thread reads 76 of the 80 samples)."""
+    from streambuf._ledger import Ledger
+    from streambuf._source import SourceRun
+
+    readers: list[str] = []
+
+    class Uneven(_SlowLaneZero):
+        def read(self, lane: int, shard: int, /, *, index: int, hint: Any) -> Any:
+            for i in range(index, 1 if shard % 2 == 0 else 20):
+                time.sleep(0.002)
+                readers.append(threading.current_thread().name)
+                yield i, None, None, (shard, i)
+
+    with changing_threads([2], every=10**9):
+        src = SourceRun(Uneven(), range(8), ledger=Ledger(), lanes=8, threads="auto")
+        got = [rec.value for rec in src]
+    assert sorted(got) == sorted(
+        [(s, 0) for s in range(0, 8, 2)] + [(s, i) for s in range(1, 8, 2) for i in range(20)]
+    )
+    assert src.phases[0] == 2 and len(src.phases) >= 2, src.phases
+    later = readers[8:]  # after the short lanes: the threads of the next phases
+    top = max(later.count(n) for n in set(later))
+    assert top <= 0.75 * len(later), {n: later.count(n) for n in set(later)}
 
 
 def test_threads_refuse_a_gate() -> None:
@@ -189,17 +250,44 @@ def test_resume_is_exact_while_the_thread_count_changes(shard_urls: list[str]) -
         )
 
 
-def test_the_tuner_is_bounded_by_the_byte_room(tmp_path: Path) -> None:
-    """Each thread's sample in flight is reserved in the window: with room for three
-    samples the tuner never asks for more than three threads."""
-    urls = [str(p) for p in make_shards(tmp_path, 8, 6, payload=20_000)]
-    stream = stream_shards(urls, lanes="auto", adaptive=False, max_bytes=3 * 20_600)
-    keys = [s["__key__"] for s in stream]
-    assert len(keys) == 48
-    tuner = stream._run.tuner
-    assert tuner is not None
-    assert tuner.limit() <= 3, tuner.limit()
-    assert all(c <= 3 for _, c, _ in tuner.history), tuner.history
+def test_the_threads_stay_within_the_byte_room(tmp_path: Path) -> None:
+    """Each thread's sample in flight is reserved in the window: once the sample size is
+    known (after the first phase), a phase runs at most as many threads as the bound has
+    room for (3 here), whatever the tuner asks (8 and 6, by turns)."""
+    urls = [str(p) for p in make_shards(tmp_path, 8, 12, payload=20_000)]
+    with changing_threads([8, 6], every=4):
+        stream = stream_shards(
+            urls, lanes="auto", adaptive=False, max_bytes=3 * 20_600, max_items=8
+        )
+        keys = [s["__key__"] for s in stream]
+    assert len(keys) == 96
+    phases = stream._run.phases
+    assert phases[0] == 8 and len(phases) >= 2 and all(t <= 3 for t in phases[1:]), phases
+    assert stream._run._room() == 3  # what the real tuner is given as its limit
+
+
+def test_a_new_phase_reserves_the_known_sample_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane reserves room for its next sample before reading it: the size of the
+    largest sample read so far, once one was read (before: a share of the bound, here a
+    third of a sample). Each phase's new runner starts from what the phases before it
+    read, so only the very first reservations (one per lane at most) are short."""
+    urls = [str(p) for p in make_shards(tmp_path, 8, 12, payload=20_000)]
+    asked: list[int] = []
+    reserve = Window.reserve
+
+    def spy(self: Window[Any], lane: int, nbytes: int) -> None:
+        asked.append(nbytes)
+        reserve(self, lane, nbytes)
+
+    monkeypatch.setattr(Window, "reserve", spy)
+    with changing_threads([2, 3], every=4):
+        stream = stream_shards(urls, lanes="auto", adaptive=False, max_bytes=3 * 20_600)
+        assert len([s for s in stream]) == 96
+    assert len(stream._run.phases) >= 6, stream._run.phases
+    short = [n for n in asked if n < 20_000]
+    assert len(short) <= AUTO_LANES, (len(short), len(asked))
 
 
 def test_the_tuner_climbs_on_a_waiting_stream(tmp_path: Path) -> None:
@@ -208,13 +296,22 @@ def test_the_tuner_climbs_on_a_waiting_stream(tmp_path: Path) -> None:
     above where it starts (4); every sample arrives once, in the fixed lanes' order.
     (A long shard streams into its socket while its thread serves other lanes: there
     the lanes, not the threads, keep the requests going.)"""
+    import streambuf._source as source_mod
+    from streambuf._tuner import ThreadTuner
+
     paths = [str(p) for p in make_shards(tmp_path / "s", 80, 3, payload=1000)]
     ref = [s["__key__"] for s in stream_shards(paths, lanes=AUTO_LANES, adaptive=False)]
     with FaultyServer(tmp_path / "s") as srv:
         srv.latency_s = 0.02
         urls = [srv.url(f"shard-{i:06d}.tar") for i in range(80)]
-        stream = stream_shards(urls, lanes="auto", readahead_bytes=0, adaptive=False)
-        got = [s["__key__"] for s in stream]
+        # (the busy-CPU rule, tested on its own, would keep a loaded machine at 4)
+        idle = functools.partial(ThreadTuner, cpu_clock=lambda: 0.0)
+        saved, source_mod.ThreadTuner = source_mod.ThreadTuner, idle  # type: ignore[misc]
+        try:
+            stream = stream_shards(urls, lanes="auto", readahead_bytes=0, adaptive=False)
+            got = [s["__key__"] for s in stream]
+        finally:
+            source_mod.ThreadTuner = saved  # type: ignore[misc]
         tuner = stream._run.tuner
     assert got == ref
     assert set(got) == expected_keys(80, 3)
@@ -233,3 +330,20 @@ def test_auto_lanes_in_a_loader_report_their_threads(shard_urls: list[str]) -> N
     assert mid.stage == "shards" and 1 <= mid.running <= 2 and mid.threads >= 1, mid
     end = pipe.stats().threads[0]
     assert end.threads == 0 and end.running == 0, end
+    assert 1 <= end.mean <= AUTO_LANES, end  # threads per worker over the run
+
+
+def test_a_mix_gives_its_sources_thread_gauges_back_when_workers_end(
+    shard_urls: list[str],
+) -> None:
+    """Killed workers never zero their gauges; the Loader's ``_workers_ended`` does, down
+    to the sources inside a ``mix``."""
+    a = sb.shards(shard_urls, lanes="auto")
+    b = sb.shards(shard_urls, lanes="auto")
+    mixed = sb.mix([a, b], weights=[1, 1])
+    tc = a._src.reader.thread_counters
+    tc.add(1, {"threads": 3, "running": 1})  # as a worker killed mid-run leaves them
+    assert mixed.stats().sources[0].threads[0].threads == 3
+    mixed._workers_ended()
+    got = mixed.stats().sources[0].threads[0]
+    assert got.threads == 0 and got.running == 0, got

@@ -244,4 +244,8 @@ def test_threads_auto_in_a_loader_keeps_the_order_of_four_lanes(audio_root: Path
             assert t.stage == "audio" and t.max_threads == 4 and t.running == 0, t
         return out
 
-    assert run("auto") == run(4)
+    from tests.sources.helpers import changing_threads
+
+    ref = run(4)
+    with changing_threads([1, 3, 2], every=2):  # threads over the 4 lanes, changing
+        assert run("auto") == ref
