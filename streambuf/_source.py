@@ -26,8 +26,9 @@ reader continues round robin from the lane due next. Local files start inline.
 not yet exhausted (dealt out in delivery order: ``LaneRunner``); the order, the cursors
 and a resume follow from ``lanes`` alone, so the thread count may change at run time.
 ``threads="auto"`` (``shards(lanes="auto")``): a ``ThreadTuner`` (``streambuf._tuner``)
-picks it from the rate the consumer sees, up to ``lanes`` and the byte room (one sample
-in flight per thread); a change ends the phase as a pause does (every lane at a round's
+picks it from the rate the consumer sees, starting at one thread per lane (the first
+requests all go out at once) and going down where fewer deliver as much, within the
+byte room (one sample in flight per thread); a change ends the phase as a pause does (every lane at a round's
 end, the window drained) and the next phase runs the new count. So does a lane running
 out while threads share lanes (its thread would idle while another has two): the next
 phase deals the lanes left. ``phases`` records the thread count of each phase.
@@ -59,7 +60,7 @@ from typing import Any, Protocol
 from ._inline import InlineChooser
 from ._lanes import LaneRunner
 from ._ledger import Ledger, Rec
-from ._tuner import START_THREADS, ThreadTuner, room_for
+from ._tuner import ThreadTuner, room_for
 from ._units import check_count_or_auto
 from .buffer import Order
 from .errors import add_note
@@ -281,9 +282,7 @@ class SourceRun:
         threaded = getattr(self.access, "threaded", True)
         chooser = self.chooser if threaded else None
         if self._auto:
-            self.tuner = ThreadTuner(
-                max_threads=k, start=min(START_THREADS, k), window=max(32, 4 * k), room=self._room
-            )
+            self.tuner = ThreadTuner(max_threads=k, start=k, window=max(32, 4 * k), room=self._room)
             if self._on_threads is not None:  # running from now (inline phases included)
                 self._on_threads(self.tuner.count)
         inline_before = False
