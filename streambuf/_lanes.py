@@ -24,11 +24,12 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   each reservation (a lane above the wanted count parks there, holding nothing; False
   ends the lane), and ``seal()`` (the source is exhausted) finishes the lanes never
   started, so the window can end.
-* **Fewer threads than lanes** (``threads=m``: shard lanes with ``lanes="auto"``): thread
-  ``j`` drives lanes ``j, j+m, ...``, one item of each in turn, in the order the window
-  delivers them (from ``first_lane``): a thread never makes a later item while one of its
-  lanes owes an earlier one, so the window's room rules stay deadlock-free, and the
-  order (the window's, by lane) does not depend on ``m``.
+* **Fewer threads than lanes** (``threads=m``: shard and video lanes with ``"auto"``):
+  the live lanes, in the order the window delivers them (from ``first_lane``), are
+  dealt out in turn; each thread makes one item of each of its lanes in turn, so it
+  never makes a later item while one of its lanes owes an earlier one (the window's
+  room rules stay deadlock-free), and the order (the window's, by lane) does not depend
+  on ``m``.
 * **Shutdown.** Leaving the loop (end, ``break``, an exception) or ``close()`` closes
   the window (every blocked reserve/commit wakes with ``BufferClosed``), calls
   ``on_close`` (e.g. to abort in-flight reads), and joins the threads within

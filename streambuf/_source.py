@@ -28,10 +28,11 @@ and a resume follow from ``lanes`` alone, so the thread count may change at run 
 ``threads="auto"`` (``shards(lanes="auto")``): a ``ThreadTuner`` (``streambuf._tuner``)
 picks it from the rate the consumer sees, starting at one thread per lane (the first
 requests all go out at once) and going down where fewer deliver as much, within the
-byte room (one sample in flight per thread); a change ends the phase as a pause does (every lane at a round's
-end, the window drained) and the next phase runs the new count. So does a lane running
-out while threads share lanes (its thread would idle while another has two): the next
-phase deals the lanes left. ``phases`` records the thread count of each phase.
+byte room (one sample in flight per thread); a change ends the phase as a pause does
+(every lane at a round's end, the window drained) and the next phase runs the new
+count. So does a lane running out while threads share lanes (its thread would idle
+while another has two): the next phase deals the lanes left. ``phases`` records the
+thread count of each phase.
 
 **Cursor** (``cursor()``, under the ledger's lock): per lane, where the consumer side is:
 ``[slot_index, next_index, next_hint]`` (``slot_index`` in the slot's shard list) or
@@ -357,10 +358,11 @@ class SourceRun:
         return room_for(max(self.max_items, len(self._gens)), self.max_bytes, largest)
 
     def _want(self) -> int:
-        """Threads for a phase now: the tuner's count (or the fixed one), within the byte
+        """Threads for a phase now: a fixed count as given; the tuner's within the byte
         room and the lanes not exhausted."""
-        count = self.tuner.count if self.tuner is not None else self.threads
-        return max(1, min(count, self._room(), sum(not d for d in self._done)))
+        if self.tuner is None:
+            return self.threads
+        return max(1, min(self.tuner.count, self._room(), sum(not d for d in self._done)))
 
     def _threaded(self, chooser: InlineChooser | None) -> Iterator[Rec]:
         """One phase of lane threads: until the readers end, or ``chooser`` asks for a

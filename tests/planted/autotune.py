@@ -157,15 +157,15 @@ MUTANTS += [
     _m(
         "a phase runs one thread per lane, whatever the lane tuner's count",
         "streambuf/_source.py",
-        "        count = self.tuner.count if self.tuner is not None else self.threads",
-        "        count = self.threads",
+        "        return max(1, min(self.tuner.count, self._room(), sum(",
+        "        return max(1, min(self.threads, self._room(), sum(",
         _lt + "::test_the_phases_run_the_tuners_count",
     ),
     _m(
         "a lane phase runs the tuner's count past the byte room",
         "streambuf/_source.py",
-        "        return max(1, min(count, self._room(), sum(not d for d in self._done)))",
-        "        return max(1, min(count, sum(not d for d in self._done)))",
+        "        return max(1, min(self.tuner.count, self._room(), sum(not d",
+        "        return max(1, min(self.tuner.count, sum(not d",
         _lt + "::test_the_threads_stay_within_the_byte_room",
     ),
     _m(
