@@ -92,11 +92,13 @@ def _pipe(paths: list[str], tiny: bool):
     return clips(paths, sampler=sampler, width=size, height=size, threads=2).batch(BATCH)
 
 
-def _consume(loader: Any) -> int:
+def _consume(loader: Any, hold_s: float = 0.0) -> int:
     n = 0
     for batch in loader:
         n += len(batch.source)
         time.sleep(CONSUMER_S)  # a slow consumer: everything upstream fills up
+        if hold_s and n == len(batch.source):
+            time.sleep(hold_s)  # after the first batch: the workers run ahead alone
     return n
 
 
@@ -109,8 +111,13 @@ def _streambuf_run(paths: list[str], tiny: bool) -> tuple[int, memwatch.MemoryPe
 
 
 def _dataloader_run(paths: list[str], tiny: bool) -> tuple[int, memwatch.MemoryPeak]:
-    dl = DataLoader(_pipe(paths, tiny), batch_size=None, num_workers=2, prefetch_factor=8)
-    return memwatch.watch(lambda: _consume(dl))
+    """The control: a DataLoader allowed the whole epoch in flight (2 workers x 12 =
+    24 batches, 1 GiB at 720p), its consumer stalled for 5 s after the first batch, so
+    it holds more than the rule allows however fast the machine decodes (with
+    prefetch_factor=8, 672 MiB at most, the rule's 740 MiB was passed only when the
+    workers' own decode memory added enough: it failed once in CI)."""
+    dl = DataLoader(_pipe(paths, tiny), batch_size=None, num_workers=2, prefetch_factor=12)
+    return memwatch.watch(lambda: _consume(dl, hold_s=5.0))
 
 
 @pytest.mark.timeout(120)
@@ -142,5 +149,5 @@ def test_byte_budget_holds_for_720p_clips(hd_videos) -> None:
     _, dl_tiny = _dataloader_run(hd_videos, tiny=True)
     _, dl_real = _dataloader_run(hd_videos, tiny=False)
     dl_growth = dl_real.peak - dl_tiny.peak
-    print(f"DataLoader(prefetch_factor=8) 720p: growth {dl_growth / MIB:.0f} MiB")
+    print(f"DataLoader(prefetch_factor=12, held 5 s) 720p: growth {dl_growth / MIB:.0f} MiB")
     assert dl_growth > rule
