@@ -14,10 +14,10 @@ MUTANTS = [
     _m(
         "adaptive lanes: a pause stops at once, dropping what the lanes' buffer holds",
         "streambuf/_source.py",
-        "                            else max(m + d for m, d in zip(self._made, self._driving))"
-        "\n                        )\n",
-        "                            else max(m + d for m, d in zip(self._made, self._driving))"
-        "\n                        )\n                    return\n",
+        '                if chooser is not None and chooser.tick() == "pause":\n'
+        "                    self._end_phase()\n",
+        '                if chooser is not None and chooser.tick() == "pause":\n'
+        "                    self._end_phase()\n                    return\n",
         f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
     ),
     _m(
