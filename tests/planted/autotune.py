@@ -206,6 +206,15 @@ MUTANTS += [
         _lt + "::test_the_tuner_keeps_a_thread_per_lane_where_every_lane_waits",
     ),
 ]
+MUTANTS += [
+    _m(
+        "ThreadStats.mean reads 0 (threads per worker over the run are not reported)",
+        "streambuf/_counters.py",
+        '    mean = c["thread_ns"] / c["run_ns"] if c["run_ns"] else 0.0',
+        "    mean = 0.0",
+        _lt + "::test_auto_lanes_in_a_loader_report_their_threads",
+    ),
+]
 _vc = "tests/video/test_clips_pipeline.py"
 MUTANTS += [
     _m(
