@@ -88,3 +88,17 @@ def test_the_gpu_decode_check_script_parses_and_names_its_modes():
     assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
     got = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
     assert got.returncode == 2 and "prepare|device" in got.stderr
+
+
+def test_the_auto_threads_curve_runs_tiny(capsys):
+    rows = _script("auto_threads_curve").main(["--tiny"])
+    assert [r["run"] for r in rows] == [
+        "torchdata 32",
+        "streambuf 1",
+        "streambuf 2",
+        "streambuf auto",
+    ]
+    assert rows[1]["threads"] == 2 and rows[2]["threads"] == 4  # per worker x 2 workers
+    assert all(r["batches_per_s"] > 0 and r["efficiency"] > 0 for r in rows)
+    assert rows[0]["x_peer"] == 1.0
+    assert "efficiency" in capsys.readouterr().out

@@ -1,0 +1,107 @@
+"""Is there a thread count that is both fast and efficient? The seed workload's rate
+at fixed thread counts, with ``threads="auto"``, and with torchdata.nodes.
+
+The workload is the seed row of ``streambuf bench latency``: 3x224x224 float32 samples
+that take 10 ms each (a sleep: remote storage or a GIL-releasing decode), batch 32,
+4 workers. Issue 26 asks ``threads="auto"`` for two things at once: >= 1.3x
+torchdata.nodes with 32 threads, and a rate >= 0.95 of ``threads / latency`` for the
+count it chose (``efficiency``). This script measures the curve those two targets sit
+on: batches/s and efficiency at each fixed count (threads per worker x workers), the
+count ``"auto"`` settled on, and the peer, interleaved in rounds (each run in a fresh
+process, as ``streambuf bench`` runs them), so both targets can be read off one run.
+
+    python benchmarks/auto_threads_curve.py                  # ~4 min on 2 cores
+    python benchmarks/auto_threads_curve.py --counts 8 12 16 --rounds 3
+    python benchmarks/auto_threads_curve.py --tiny           # seconds (a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+from streambuf.bench._harness import run_config
+
+LATENCY = 0.010
+BATCH = 32
+
+
+def _config(kind: str, threads: int | str, workers: int, batches: int) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "runner": "streambuf.bench.workloads:run_loader",
+        "workload": "seed",
+        "shape": [3, 224, 224],
+        "latency_s": LATENCY,
+        "batch_size": BATCH,
+        "batches": batches,
+        "workers": workers,
+        "pin_memory": True,
+        "persistent_workers": True,
+        "kind": kind,
+        "threads": threads,
+    }
+    if kind == "torchdata":
+        cfg["prefetch_factor"] = 2
+    else:  # the budget of the seed row of ``streambuf bench latency``
+        cfg["max_batches"] = 8
+        cfg["max_bytes"] = 205520896
+    cfg["name"] = f"{kind} {threads}"
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--counts", type=int, nargs="+", default=[8, 10, 12, 14, 16])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=320)
+    parser.add_argument("--tiny", action="store_true", help="a few batches, two counts")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.counts, args.rounds, args.workers, args.batches = [1, 2], 1, 2, 4
+    runs: list[tuple[str, int | str]] = [("torchdata", 32)]
+    runs += [("streambuf", c) for c in args.counts] + [("streambuf", "auto")]
+    got: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(args.rounds):
+        for kind, threads in runs:
+            cfg = _config(kind, threads, args.workers, args.batches)
+            report = run_config(cfg, isolate=not args.tiny)
+            if report.get("samples") != report.get("expected_samples"):
+                raise RuntimeError(f"{cfg['name']}: delivered {report.get('samples')} samples")
+            got.setdefault(cfg["name"], []).append(report)
+    peer = statistics.median(r["batches_per_s"] for r in got["torchdata 32"])
+    rows: list[dict[str, Any]] = []
+    print(
+        f"seed workload: {LATENCY * 1000:.0f} ms a sample, batch {BATCH}, {args.workers} "
+        f"workers, {args.rounds} rounds (medians); peer: torchdata.nodes 32 threads "
+        f"{peer:.1f} batches/s"
+    )
+    print(f"{'run':<22} {'threads':>8} {'batches/s':>10} {'x peer':>7} {'efficiency':>10}")
+    for name, reports in got.items():
+        rate = statistics.median(r["batches_per_s"] for r in reports)
+        if name.startswith("streambuf") and not name.endswith("auto"):
+            total: float = int(name.split()[-1]) * args.workers
+        elif name.endswith("auto"):  # the count it settled on, and its rate from then
+            chosen = [r["threads_chosen"][0] for r in reports if r.get("threads_chosen")]
+            total = statistics.median(chosen) if chosen else float("nan")
+            settled = [r["settled_batches_per_s"] for r in reports if "settled_batches_per_s" in r]
+            rate = statistics.median(settled) if settled else rate
+        else:
+            total = 32
+        efficiency = rate / (total / LATENCY / BATCH)
+        rows.append(
+            {
+                "run": name,
+                "threads": total,
+                "batches_per_s": rate,
+                "x_peer": rate / peer,
+                "efficiency": efficiency,
+            }
+        )
+        print(f"{name:<22} {total:>8} {rate:>10.1f} {rate / peer:>6.2f}x {efficiency:>10.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
