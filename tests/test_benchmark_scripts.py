@@ -99,6 +99,8 @@ def test_the_auto_threads_curve_runs_tiny(capsys):
         "streambuf auto",
     ]
     assert rows[1]["threads"] == 2 and rows[2]["threads"] == 4  # per worker x 2 workers
-    assert all(r["batches_per_s"] > 0 and r["efficiency"] > 0 for r in rows)
+    assert all(r["batches_per_s"] > 0 for r in rows)
+    # (the "auto" row's count is sampled every 8 batches: a tiny run may have none)
+    assert all(r["efficiency"] > 0 for r in rows[:3])
     assert rows[0]["x_peer"] == 1.0
     assert "efficiency" in capsys.readouterr().out
