@@ -10,7 +10,7 @@ on: batches/s and efficiency at each fixed count (threads per worker x workers),
 count ``"auto"`` settled on, and the peer, interleaved in rounds (each run in a fresh
 process, as ``streambuf bench`` runs them), so both targets can be read off one run.
 
-    python benchmarks/auto_threads_curve.py                  # ~4 min on 2 cores
+    python benchmarks/auto_threads_curve.py                  # ~2 min on 2 cores
     python benchmarks/auto_threads_curve.py --counts 8 12 16 --rounds 3
     python benchmarks/auto_threads_curve.py --tiny           # seconds (a smoke run)
 """
@@ -21,74 +21,62 @@ import argparse
 import statistics
 from typing import Any
 
+from streambuf.bench import latency
 from streambuf.bench._harness import run_config
 
-LATENCY = 0.010
-BATCH = 32
+LATENCY = latency.LATENCY_S
+BATCH = latency.BATCH
 
 
-def _config(kind: str, threads: int | str, workers: int, batches: int) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
-        "runner": "streambuf.bench.workloads:run_loader",
-        "workload": "seed",
-        "shape": [3, 224, 224],
-        "latency_s": LATENCY,
-        "batch_size": BATCH,
-        "batches": batches,
-        "workers": workers,
-        "pin_memory": True,
-        "persistent_workers": True,
-        "kind": kind,
-        "threads": threads,
-    }
-    if kind == "torchdata":
-        cfg["prefetch_factor"] = 2
-    else:  # the budget of the seed row of ``streambuf bench latency``
-        cfg["max_batches"] = 8
-        cfg["max_bytes"] = 205520896
-    cfg["name"] = f"{kind} {threads}"
-    return cfg
+def _seed_rows(mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The seed workload's torchdata.nodes and ``threads="auto"`` rows of ``streambuf
+    bench latency`` (its shapes, budgets and batch counts), by kind."""
+    rows = [c for c in latency.configs(mode) if c["workload"] == "seed"]
+    peer = next(c for c in rows if c["kind"] == "torchdata")
+    auto = next(c for c in rows if c["kind"] == "streambuf" and c["threads"] == "auto")
+    return peer, auto
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[8, 10, 12, 14, 16])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--batches", type=int, default=320)
-    parser.add_argument("--tiny", action="store_true", help="a few batches, two counts")
+    parser.add_argument("--tiny", action="store_true", help="the tiny mode's rows, two counts")
     args = parser.parse_args(argv)
+    peer_cfg, auto_cfg = _seed_rows("tiny" if args.tiny else "full")
     if args.tiny:
-        args.counts, args.rounds, args.workers, args.batches = [1, 2], 1, 2, 4
-    runs: list[tuple[str, int | str]] = [("torchdata", 32)]
-    runs += [("streambuf", c) for c in args.counts] + [("streambuf", "auto")]
+        args.counts, args.rounds = [1, 2], 1
+    workers = int(auto_cfg["workers"])
+    total_peer = int(peer_cfg["threads"])
+    runs = [dict(peer_cfg, name=f"torchdata {total_peer}")]
+    runs += [dict(auto_cfg, threads=c, name=f"streambuf {c}") for c in args.counts]
+    runs += [dict(auto_cfg, name="streambuf auto")]
     got: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
-        for kind, threads in runs:
-            cfg = _config(kind, threads, args.workers, args.batches)
+        for cfg in runs:
             report = run_config(cfg, isolate=not args.tiny)
             if report.get("samples") != report.get("expected_samples"):
                 raise RuntimeError(f"{cfg['name']}: delivered {report.get('samples')} samples")
             got.setdefault(cfg["name"], []).append(report)
-    peer = statistics.median(r["batches_per_s"] for r in got["torchdata 32"])
+    peer = statistics.median(r["batches_per_s"] for r in got[f"torchdata {total_peer}"])
     rows: list[dict[str, Any]] = []
     print(
-        f"seed workload: {LATENCY * 1000:.0f} ms a sample, batch {BATCH}, {args.workers} "
-        f"workers, {args.rounds} rounds (medians); peer: torchdata.nodes 32 threads "
-        f"{peer:.1f} batches/s"
+        f"seed workload: {LATENCY * 1000:.0f} ms a sample, batch {BATCH}, {workers} "
+        f"workers, {args.rounds} rounds (medians); peer: torchdata.nodes {total_peer} "
+        f"threads {peer:.1f} batches/s"
     )
     print(f"{'run':<22} {'threads':>8} {'batches/s':>10} {'x peer':>7} {'efficiency':>10}")
     for name, reports in got.items():
         rate = statistics.median(r["batches_per_s"] for r in reports)
         if name.startswith("streambuf") and not name.endswith("auto"):
-            total: float = int(name.split()[-1]) * args.workers
+            total: float = int(name.split()[-1]) * workers
         elif name.endswith("auto"):  # the count it settled on, and its rate from then
             chosen = [r["threads_chosen"][0] for r in reports if r.get("threads_chosen")]
             total = statistics.median(chosen) if chosen else float("nan")
             settled = [r["settled_batches_per_s"] for r in reports if "settled_batches_per_s" in r]
             rate = statistics.median(settled) if settled else rate
         else:
-            total = 32
+            total = total_peer
         efficiency = rate / (total / LATENCY / BATCH)
         rows.append(
             {

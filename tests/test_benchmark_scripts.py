@@ -93,7 +93,7 @@ def test_the_gpu_decode_check_script_parses_and_names_its_modes():
 def test_the_auto_threads_curve_runs_tiny(capsys):
     rows = _script("auto_threads_curve").main(["--tiny"])
     assert [r["run"] for r in rows] == [
-        "torchdata 32",
+        "torchdata 8",  # the tiny latency rows: 2 workers x 4 threads
         "streambuf 1",
         "streambuf 2",
         "streambuf auto",
