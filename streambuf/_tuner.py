@@ -31,6 +31,9 @@ downstream work included) at one count after another, and climbs:
 4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
    seconds; the interval doubles each time a check confirms the count (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
+   The first check is re-checked after ``first_recheck_s`` (0.5 s): its windows fall
+   in the stage's start-up (threads and the other workers starting, buffers filling,
+   the CPUs busy with it), which makes a doubling look as if it did not pay.
 
 Only the decision (no threads, clocks passed in: unit-testable); ``ThreadPrefetcher``
 carries it out (``streambuf.prefetch``: starts lanes as the count grows; a lane above
@@ -83,6 +86,7 @@ class ThreadTuner:
         room: Callable[[], int] | None = None,
         min_interval_s: float = 2.0,
         max_interval_s: float = 60.0,
+        first_recheck_s: float = 0.5,
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] = cpu_seconds,
     ) -> None:
@@ -96,6 +100,7 @@ class ThreadTuner:
         self.cpus = max(float(cpu_limit() if cpus is None else cpus), 1e-3)
         self._room = room
         self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
+        self.first_recheck_s = first_recheck_s
         self._clock, self._cpu_clock = clock, cpu_clock
         self._t_start = clock()
         self.count = max(1, min(int(start), self.limit()))
@@ -168,6 +173,10 @@ class ThreadTuner:
             self._interval = self.min_interval_s
         if self.settled_s is None:
             self.settled_s = now - self._t_start
+            # the first check ran in the stage's start-up (threads starting, the other
+            # workers starting, buffers filling): its windows measure the start-up too,
+            # so its decision is checked again soon
+            self._interval = min(self._interval, self.first_recheck_s)
         got = self._set(count) if count != self.count else None
         self._state, self._decided_at = "settled", now
         return got

@@ -76,6 +76,13 @@ MUTANTS += [
         "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
     ),
     _m(
+        "the first decision, made in the start-up, waits the full interval for a re-check",
+        "streambuf/_tuner.py",
+        "            self._interval = min(self._interval, self.first_recheck_s)\n",
+        "            pass\n",
+        "::test_the_first_decision_is_checked_again_soon",
+    ),
+    _m(
         "the controller moves on noise (no preference for the count it has)",
         "streambuf/_tuner.py",
         "        count = self._from if (self._from in near and not saturated) else min(near)",
