@@ -33,12 +33,21 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Two parts: the tests that can share the machine, PYTEST_JOBS at a time (pytest-xdist;
+# never more than the cores: they start worker processes of their own), then the
+# `serial` ones alone (they read machine-wide memory or /dev/shm, or bound a real run's
+# timing or the thread counts it tunes, which a neighbour's load would move). Exit 5 (no
+# test selected: PYTEST_ARGS named tests of one part only) is not a failure.
+PYTEST_JOBS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))")
+JUNIT := build/pytest.xml build/pytest-serial.xml
+
 pytest: $(STAMP)
 	mkdir -p build
-	$(PY) -m pytest -q -p no:cacheprovider --junitxml=build/pytest.xml $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) -m "not long and not serial" --junitxml=build/pytest.xml $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -q -p no:cacheprovider -m "serial and not long" --junitxml=build/pytest-serial.xml $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # make mutants runs its own control (the targeted tests, unmutated) first; make test
-# takes the control from the suite run it just made (build/pytest.xml) instead.
+# takes the control from the suite run it just made ($(JUNIT)) instead.
 mutants: $(STAMP)
 	$(PY) tests/mutants.py $(MUTANTS_ARGS)
 
@@ -47,7 +56,7 @@ test-long: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m long
 
 test: lint types pytest
-	$(PY) tests/mutants.py --control-junit build/pytest.xml $(MUTANTS_ARGS)
+	$(PY) tests/mutants.py --control-junit $(JUNIT) $(MUTANTS_ARGS)
 
 clean:
 	rm -rf $(VENV) bench-results .mypy_cache .ruff_cache

@@ -202,10 +202,11 @@ def _matches(target: str, classname: str, name: str) -> bool:
     return not want_fn or name == want_fn[0] or name.startswith(want_fn[0] + "[")
 
 
-def control_from_junit(path: Path, chosen: Sequence[Mutant]) -> list[str]:
-    """Problems with the unmutated run recorded in a pytest junit file: a targeted test
-    that failed, or a target that ran no test (or only skipped ones)."""
-    cases = ET.parse(path).getroot().iter("testcase")
+def control_from_junit(paths: Sequence[Path], chosen: Sequence[Mutant]) -> list[str]:
+    """Problems with the unmutated run recorded in pytest junit files (``make pytest``
+    writes two: the parallel part and the serial one): a targeted test that failed, or a
+    target that ran no test (or only skipped ones)."""
+    cases = [c for path in paths for c in ET.parse(path).getroot().iter("testcase")]
     rows = [(c.get("classname", ""), c.get("name", ""), [x.tag for x in c]) for c in cases]
     problems = []
     for target in _targets(chosen):
@@ -258,7 +259,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--control-junit",
         type=Path,
-        help="take the control from this pytest junit file of the unmutated suite (make "
+        nargs="+",
+        help="take the control from these pytest junit files of the unmutated suite (make "
         "test's own run) instead of running the targeted tests once more",
     )
     parser.add_argument("--repeat", type=int, default=1, help="run each planted bug N times")
@@ -283,7 +285,8 @@ def main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace, chosen: Sequence[Mutant], t0: float) -> int:
     if args.control_junit is not None:
-        problems, how = control_from_junit(args.control_junit, chosen), str(args.control_junit)
+        how = " + ".join(map(str, args.control_junit))
+        problems = control_from_junit(args.control_junit, chosen)
     else:
         problems, how = control_run(chosen), "a run of the targeted tests"
     n_targets = len(_targets(chosen))

@@ -142,6 +142,7 @@ def _shm_names() -> set[str]:
         return set()
 
 
+@pytest.mark.serial
 def test_worker_killed_mid_batch_leaves_no_shared_memory_behind():
     before = _shm_names()
     pipe = Pipeline(list(range(100_000))).map(sleepy).map(quarter_mib).batch(4)

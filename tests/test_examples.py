@@ -40,6 +40,7 @@ def test_latency_pipeline_example():
     assert "threads over both workers" in out, out
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(120)
 def test_where_time_goes_example():
     """The README's "Is the data the bottleneck?" output: the map named when the step

@@ -15,7 +15,8 @@ import pytest
 from streambuf import Loader, Pipeline, WorkerError
 from tests.pipeline_data import sleepy
 
-pytestmark = pytest.mark.timeout(120)
+# serial: deaths and silences reported within time bounds (make pytest runs it alone)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[1]
 

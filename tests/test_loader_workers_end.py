@@ -34,7 +34,8 @@ from tests.pipeline_data import (
 )
 from tests.sources.helpers import expected_keys, make_shards
 
-pytestmark = pytest.mark.timeout(180)
+# serial: slow workers and deaths detected within bounds (make pytest runs it alone)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.serial]
 
 
 def _straggler_items(seconds: float) -> list[tuple[int, float]]:

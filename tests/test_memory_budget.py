@@ -13,6 +13,7 @@ from streambuf.bench._harness import MIB, with_growth
 from streambuf.bench.memwatch import available, budget_rule_bytes
 
 pytestmark = [
+    pytest.mark.serial,  # machine-wide memory (make pytest runs it alone)
     pytest.mark.timeout(600),
     pytest.mark.skipif(not available(), reason="needs /proc/meminfo (Linux)"),
 ]

@@ -25,12 +25,32 @@ def _m(*tests: str) -> Mutant:
 def test_control_reads_passes_failures_and_missing_targets(tmp_path: Path):
     junit = tmp_path / "j.xml"
     junit.write_text(JUNIT)
-    assert control_from_junit(junit, [_m("tests/test_a.py")]) == []
-    assert control_from_junit(junit, [_m("tests/test_a.py::test_two")]) == []
-    failed = control_from_junit(junit, [_m("tests/test_b.py::TestK")])
+    assert control_from_junit([junit], [_m("tests/test_a.py")]) == []
+    assert control_from_junit([junit], [_m("tests/test_a.py::test_two")]) == []
+    failed = control_from_junit([junit], [_m("tests/test_b.py::TestK")])
     assert len(failed) == 1 and "failed unmutated" in failed[0]
-    assert "no test ran" in control_from_junit(junit, [_m("tests/test_a.py::test_three")])[0]
-    assert "no test ran" in control_from_junit(junit, [_m("tests/sub/test_c.py")])[0]
+    assert "no test ran" in control_from_junit([junit], [_m("tests/test_a.py::test_three")])[0]
+    assert "no test ran" in control_from_junit([junit], [_m("tests/sub/test_c.py")])[0]
+
+
+SERIAL = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.sub.test_c" name="test_timed" time="0.1"/>
+<testcase classname="tests.test_d" name="test_bad" time="0.1"><error message="boom"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_control_reads_the_parallel_and_the_serial_part_together(tmp_path: Path):
+    """``make pytest`` writes two junit files: a target is run if either ran it, and a
+    failure in either fails it."""
+    parallel, serial = tmp_path / "p.xml", tmp_path / "s.xml"
+    parallel.write_text(JUNIT)
+    serial.write_text(SERIAL)
+    both = [parallel, serial]
+    assert control_from_junit(both, [_m("tests/sub/test_c.py")]) == []  # ran in the serial
+    assert "no test ran" in control_from_junit([parallel], [_m("tests/sub/test_c.py")])[0]
+    assert control_from_junit(both, [_m("tests/test_a.py", "tests/sub/test_c.py")]) == []
+    failed = control_from_junit(both, [_m("tests/test_d.py")])
+    assert len(failed) == 1 and "failed unmutated" in failed[0]
 
 
 def test_every_planted_bug_names_a_test_and_a_unique_name():

@@ -37,6 +37,7 @@ def test_unordered_delivers_everything_once():
     assert sorted(out) == list(range(200))
 
 
+@pytest.mark.serial
 def test_threads_give_concurrency():
     def io(x):
         time.sleep(0.02)

@@ -51,6 +51,7 @@ def test_cheap_function_goes_inline_and_nothing_changes(ordered: bool) -> None:
     assert p.inline_items > 10_000, p.inline_items
 
 
+@pytest.mark.serial
 def test_waiting_function_stays_on_threads() -> None:
     t0 = time.perf_counter()
     out, p = run(400, sleepy)
@@ -77,6 +78,7 @@ class Shifting:
         return x
 
 
+@pytest.mark.serial
 def test_choice_follows_a_change_of_cost_and_keeps_order() -> None:
     n_cheap, n = 30_001, 30_001 + 300  # odd: the switch back is mid round robin
     p = ThreadPrefetcher(

@@ -20,7 +20,8 @@ from streambuf._diagnosis import diagnose
 from tests.sources.helpers import make_shards
 from tests.sources.httpserver import FaultyServer
 
-pytestmark = pytest.mark.timeout(120)
+# serial: measured times and CPU shares of real runs (make pytest runs it alone)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]
 
 # wall ns spent inside the slow function, over every worker (shared memory, made before
 # the workers fork): the independent measurement

@@ -249,6 +249,7 @@ def test_lanes_above_the_count_take_no_new_item() -> None:
     assert {lane_of[x] for x in range(600 + 64 + 16, 900)} <= {0, 1}
 
 
+@pytest.mark.serial
 def test_the_byte_bound_caps_the_count_and_holds() -> None:
     item = 64 << 10
 
@@ -315,6 +316,7 @@ def sized(x: int) -> bytes:
     return bytes(1000 + x)  # each result a little larger than the largest before it
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("ordered", [True, False])
 @pytest.mark.parametrize("threads", [8, "auto"])
 def test_paused_lanes_hold_no_room_while_the_consumer_drains(ordered: bool, threads) -> None:  # type: ignore[no-untyped-def]
@@ -360,6 +362,7 @@ def sleepy(x: int) -> int:
     return x
 
 
+@pytest.mark.serial
 def test_loader_workers_report_their_counts() -> None:
     pipe = sb.Pipeline(range(3000)).map(sleepy, threads="auto").batch(16)
     seen = []
@@ -464,6 +467,7 @@ def two_ms(x: int) -> int:
     return x
 
 
+@pytest.mark.serial
 def test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_stops() -> None:
     lead = ScriptedLead()
     lead.value = 12
@@ -575,6 +579,7 @@ def slow(x: int) -> int:
     return x
 
 
+@pytest.mark.serial
 def test_loader_workers_take_worker_0s_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import importlib
 

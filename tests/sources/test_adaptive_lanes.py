@@ -189,6 +189,7 @@ def test_a_pause_waits_for_the_lane_behind() -> None:
         assert run.chooser.switches == 1 and run.inline_items > 0
 
 
+@pytest.mark.serial
 def test_adaptive_never_holds_a_paced_stream_back(http_server: FaultyServer) -> None:
     """Over a link with 50 ms per request the first sample arrives as fast as with the
     lanes always on (within one request time plus 50 ms), and the whole read is not

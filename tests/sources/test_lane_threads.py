@@ -290,6 +290,7 @@ def test_a_new_phase_reserves_the_known_sample_size(
     assert len(short) <= AUTO_LANES, (len(short), len(asked))
 
 
+@pytest.mark.serial
 def test_the_tuner_keeps_a_thread_per_lane_where_every_lane_waits(tmp_path: Path) -> None:
     """Over HTTP where every request waits 20 ms and a shard is 3 samples, a thread
     waits on each shard it opens, so every lane needs its own thread. The tuner starts
@@ -323,6 +324,7 @@ def test_the_tuner_keeps_a_thread_per_lane_where_every_lane_waits(tmp_path: Path
     assert tried and tried[0] == 4 and tuner.count == AUTO_LANES, tuner.history
 
 
+@pytest.mark.serial
 def test_auto_lanes_in_a_loader_report_their_threads(shard_urls: list[str]) -> None:
     pipe = sb.shards(shard_urls, lanes="auto", adaptive=False).batch(3)
     with sb.Loader(pipe, num_workers=2, max_batches=2, max_bytes="32MiB", timeout_s=60) as ld:

@@ -66,6 +66,7 @@ def test_faults_lose_nothing_and_duplicate_nothing(http_server: FaultyServer) ->
     assert stats.io.retries == 6 and stats.shards_done == 4 and stats.samples == 80
 
 
+@pytest.mark.serial
 def test_readahead_hides_the_next_shards_latency(http_server: FaultyServer) -> None:
     http_server.latency_s = 0.15  # time to first byte of every request
     urls = urls_of(http_server, 4)

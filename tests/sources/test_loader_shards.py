@@ -196,6 +196,7 @@ def _memory_run(srv: FaultyServer, n_samples: int, *, keep: bool = False) -> dic
 MAX_BYTES = 32 * MIB
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(not memwatch.available(), reason="needs /proc/meminfo")
 def test_memory_growth_obeys_the_budget_rule(tmp_path: Path) -> None:
     """10 shards x 64 samples x 512 KiB (320 MiB, > 2x the rule) against 1-byte samples."""

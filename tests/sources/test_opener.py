@@ -83,6 +83,7 @@ def test_drop_full_read_bytes_identical(http_server: FaultyServer, shard_dir: Pa
         assert f.read() == (shard_dir / NAME).read_bytes()
 
 
+@pytest.mark.serial
 def test_stall_triggers_timeout_and_resume(http_server: FaultyServer, shard_dir: Path) -> None:
     http_server.stall(f"/{NAME}", after_bytes=6000, seconds=3)
     t0 = time.monotonic()
@@ -247,6 +248,7 @@ def test_abort_unblocks_a_stalled_read(http_server: FaultyServer) -> None:
 SLOW = dict(min_rate_bps=4096, rate_window_s=0.5, backoff_s=0.01, max_backoff_s=0.05)
 
 
+@pytest.mark.serial
 def test_trickle_below_min_rate_is_dropped_and_resumed(
     http_server: FaultyServer, shard_dir: Path
 ) -> None:
@@ -267,6 +269,7 @@ def test_trickle_below_min_rate_is_dropped_and_resumed(
     assert counters.snapshot().retries == 1
 
 
+@pytest.mark.serial
 def test_trickle_gives_up_naming_url_offset_and_rate(http_server: FaultyServer) -> None:
     http_server.trickle = (16, 0.05)
     t0 = time.monotonic()
@@ -284,6 +287,7 @@ def test_trickle_gives_up_naming_url_offset_and_rate(http_server: FaultyServer) 
     assert time.monotonic() - t0 < 20  # 3 windows of 0.5 s; generous for a loaded machine
 
 
+@pytest.mark.serial
 def test_a_slow_consumer_is_not_a_slow_connection(
     http_server: FaultyServer, shard_dir: Path
 ) -> None:
@@ -317,6 +321,7 @@ def test_rate_options_validated(shard_dir: Path, kw: dict) -> None:
         open_stream(shard_dir / NAME, **kw)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("off", [None, 0])
 def test_min_rate_can_be_disabled(
     http_server: FaultyServer, shard_dir: Path, off: int | None

@@ -120,6 +120,7 @@ def _dataloader_run(paths: list[str], tiny: bool) -> tuple[int, memwatch.MemoryP
     return memwatch.watch(lambda: _consume(dl, hold_s=5.0))
 
 
+@pytest.mark.serial
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not memwatch.available(), reason="needs /proc/meminfo")
 def test_byte_budget_holds_for_720p_clips(hd_videos) -> None:
