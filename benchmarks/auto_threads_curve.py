@@ -13,6 +13,11 @@ process, as ``streambuf bench`` runs them), so both targets can be read off one 
     python benchmarks/auto_threads_curve.py                  # ~2 min on 2 cores
     python benchmarks/auto_threads_curve.py --counts 8 12 16 --rounds 3
     python benchmarks/auto_threads_curve.py --tiny           # seconds (a smoke run)
+    python benchmarks/auto_threads_curve.py --counts 8 --budgets 1 2 4   # budget-bound?
+
+``--budgets K ...`` adds each fixed count again with ``K`` times the byte and batch
+budget (``max_bytes``, ``max_batches``): if a larger budget does not raise a count's
+efficiency, the budget is not what holds that count below ``threads / latency``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--counts", type=int, nargs="+", default=[8, 10, 12, 14, 16])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tiny", action="store_true", help="the tiny mode's rows, two counts")
+    parser.add_argument(
+        "--budgets",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="run each fixed count at these multiples of the byte and batch budget",
+    )
     args = parser.parse_args(argv)
     peer_cfg, auto_cfg = _seed_rows("tiny" if args.tiny else "full")
     if args.tiny:
@@ -49,7 +61,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     workers = int(auto_cfg["workers"])
     total_peer = int(peer_cfg["threads"])
     runs = [dict(peer_cfg, name=f"torchdata {total_peer}")]
-    runs += [dict(auto_cfg, threads=c, name=f"streambuf {c}") for c in args.counts]
+    totals: dict[str, float] = {runs[0]["name"]: total_peer}  # threads over all workers
+    for k in args.budgets:
+        for c in args.counts:
+            name = f"streambuf {c}" + (f", budget x{k}" if k != 1 else "")
+            budget = {
+                "max_bytes": k * auto_cfg["max_bytes"],
+                "max_batches": k * auto_cfg["max_batches"],
+            }
+            runs.append(dict(auto_cfg, **budget, threads=c, name=name))
+            totals[name] = c * workers
     runs += [dict(auto_cfg, name="streambuf auto")]
     got: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
@@ -65,18 +86,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"workers, {args.rounds} rounds (medians); peer: torchdata.nodes {total_peer} "
         f"threads {peer:.1f} batches/s"
     )
-    print(f"{'run':<22} {'threads':>8} {'batches/s':>10} {'x peer':>7} {'efficiency':>10}")
+    print(f"{'run':<28} {'threads':>8} {'batches/s':>10} {'x peer':>7} {'efficiency':>10}")
     for name, reports in got.items():
         rate = statistics.median(r["batches_per_s"] for r in reports)
-        if name.startswith("streambuf") and not name.endswith("auto"):
-            total: float = int(name.split()[-1]) * workers
-        elif name.endswith("auto"):  # the count it settled on, and its rate from then
+        if name in totals:
+            total: float = totals[name]
+        else:  # "auto": the count it settled on, and its rate from then
             chosen = [r["threads_chosen"][0] for r in reports if r.get("threads_chosen")]
             total = statistics.median(chosen) if chosen else float("nan")
             settled = [r["settled_batches_per_s"] for r in reports if "settled_batches_per_s" in r]
             rate = statistics.median(settled) if settled else rate
-        else:
-            total = total_peer
         efficiency = rate / (total / LATENCY / BATCH)
         rows.append(
             {
@@ -85,9 +104,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "batches_per_s": rate,
                 "x_peer": rate / peer,
                 "efficiency": efficiency,
+                "max_bytes": reports[0].get("budget_max_bytes"),  # the loader's, as run
             }
         )
-        print(f"{name:<22} {total:>8} {rate:>10.1f} {rate / peer:>6.2f}x {efficiency:>10.2f}")
+        print(f"{name:<28} {total:>8} {rate:>10.1f} {rate / peer:>6.2f}x {efficiency:>10.2f}")
     return rows
 
 

@@ -104,3 +104,18 @@ def test_the_auto_threads_curve_runs_tiny(capsys):
     assert all(r["efficiency"] > 0 for r in rows[:3])
     assert rows[1]["x_peer"] == rows[1]["batches_per_s"] / rows[0]["batches_per_s"]
     assert "efficiency" in capsys.readouterr().out
+
+
+def test_the_auto_threads_curve_adds_rows_at_larger_budgets():
+    rows = _script("auto_threads_curve").main(["--tiny", "--budgets", "1", "3"])
+    names = [r["run"] for r in rows]
+    assert names[1:5] == [
+        "streambuf 1",
+        "streambuf 2",
+        "streambuf 1, budget x3",
+        "streambuf 2, budget x3",
+    ]
+    by = {r["run"]: r for r in rows}
+    assert by["streambuf 2, budget x3"]["threads"] == by["streambuf 2"]["threads"] == 4
+    assert by["streambuf 1, budget x3"]["batches_per_s"] > 0
+    assert by["streambuf 1, budget x3"]["max_bytes"] == 3 * by["streambuf 1"]["max_bytes"] > 0
