@@ -51,7 +51,14 @@ from .sizing import nbytes
 from .stats import BufferStats
 from .window import LaneWindow
 
-__all__ = ["AGAIN", "LaneRunner"]
+__all__ = ["AGAIN", "ITEMS_PER_THREAD", "LaneRunner"]
+
+# A threaded map's default depth (``max_items``) per thread: one item being made and one
+# made. With one, the consumer's own work between two items it takes (a batch's collate,
+# its hand-off to the main process) leaves every thread waiting for room at once: on the
+# seed workload (4 workers, 10 ms a sample, 19 MiB batches) 12 threads a worker went from
+# 0.84-0.87 to 0.92-0.95 of ``threads / latency`` (docs/design.md, "Autotuned parallelism").
+ITEMS_PER_THREAD = 2
 
 # A work iterator yields AGAIN when it has no item now (its stage paused the lanes): the
 # lane gives its reservation back and asks its gate again (it parks there, holding

@@ -33,6 +33,7 @@ from typing import Any
 
 from ._collate import Collator
 from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats, thread_gauge, thread_stats
+from ._lanes import ITEMS_PER_THREAD
 from ._ledger import Ledger, Rec
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note
@@ -204,7 +205,7 @@ class Map(Stage):
         if env.meter is not None:
             fn = env.meter.timed(fn, k, env.worker)
         call = _call(fn, self.name)
-        depth = self.max_items if self.max_items is not None else lanes
+        depth = self.max_items if self.max_items is not None else ITEMS_PER_THREAD * lanes
         mb = self.max_bytes or env.stage_bytes or (256 << 20)
         return _probed(
             env,
@@ -514,8 +515,8 @@ def map_items(
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each ``x``; with ``threads > 1`` (or ``"auto"``: a count
     chosen by measurement, at most ``max_threads``) on a bounded thread pool (results
-    held ahead, made or being made, at most ``max_items`` (default ``threads``, with
-    ``"auto"`` ``max_threads``) and ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
+    held ahead, made or being made, at most ``max_items`` (default two a thread:
+    ``2 * threads``, with ``"auto"`` ``2 * max_threads``) and ``max_bytes``). Whatever ``fn`` raises gets a note naming the stage and item."""
     stage = Map(
         fn,
         threads=threads,

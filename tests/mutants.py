@@ -238,7 +238,7 @@ def control_run(chosen: Sequence[Mutant]) -> list[str]:
             return ["the control run timed out"]
         if not junit.exists():
             return [f"the control run wrote no report (pytest exit {rc})"]
-        problems = control_from_junit(junit, chosen)
+        problems = control_from_junit([junit], chosen)
         if rc != 0 and not problems:
             problems.append(f"the control run failed (pytest exit {rc})")
         if problems:

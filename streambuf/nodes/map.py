@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from .._lanes import ITEMS_PER_THREAD
 from .._units import check_bool, check_seconds, parse_bytes, parse_count
 from ..sizing import nbytes
 from ..stats import BufferStats
@@ -203,7 +204,7 @@ class ParallelMapper(_ThreadedNode[T]):
             map_fn,
             threads=n,
             in_order=in_order,
-            max_items=2 * n if max_items is None else max_items,
+            max_items=ITEMS_PER_THREAD * n if max_items is None else max_items,
             max_bytes=max_bytes,
             sizeof=sizeof,
             name=f"ParallelMapper({getattr(map_fn, '__name__', type(map_fn).__name__)})",

@@ -239,3 +239,12 @@ MUTANTS += [
         _vc + "::test_threads_auto_decodes_four_videos_at_once_in_their_order",
     ),
 ]
+MUTANTS += [
+    _m(
+        "a threaded map holds one item a thread (the consumer's work stalls every thread)",
+        "streambuf/_lanes.py",
+        "ITEMS_PER_THREAD = 2\n",
+        "ITEMS_PER_THREAD = 1\n",
+        "tests/test_prefetch.py::test_a_threaded_map_holds_two_items_a_thread_while_the_consumer_works",
+    ),
+]
