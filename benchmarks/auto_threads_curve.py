@@ -14,10 +14,14 @@ process, as ``streambuf bench`` runs them), so both targets can be read off one 
     python benchmarks/auto_threads_curve.py --counts 8 12 16 --rounds 3
     python benchmarks/auto_threads_curve.py --tiny           # seconds (a smoke run)
     python benchmarks/auto_threads_curve.py --counts 8 --budgets 1 2 4   # budget-bound?
+    python benchmarks/auto_threads_curve.py --counts 8 12 --items-per-thread 1   # depth
 
 ``--budgets K ...`` adds each fixed count again with ``K`` times the byte and batch
 budget (``max_bytes``, ``max_batches``): if a larger budget does not raise a count's
 efficiency, the budget is not what holds that count below ``threads / latency``.
+``--items-per-thread K ...`` adds each fixed count again with the map holding ``K``
+items a thread (``max_items``; the default is 2: one being made, one made), e.g. ``1``
+for the default before 2026-12-03.
 """
 
 from __future__ import annotations
@@ -54,6 +58,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         default=[1],
         help="run each fixed count at these multiples of the byte and batch budget",
     )
+    parser.add_argument(
+        "--items-per-thread",
+        type=int,
+        nargs="+",
+        default=[],
+        help="run each fixed count again with the map holding K items a thread",
+    )
     args = parser.parse_args(argv)
     peer_cfg, auto_cfg = _seed_rows("tiny" if args.tiny else "full")
     if args.tiny:
@@ -70,6 +81,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "max_batches": k * auto_cfg["max_batches"],
             }
             runs.append(dict(auto_cfg, **budget, threads=c, name=name))
+            totals[name] = c * workers
+    for k in args.items_per_thread:
+        for c in args.counts:
+            name = f"streambuf {c}, {k} a thread"
+            runs.append(dict(auto_cfg, threads=c, map_max_items=k * c, name=name))
             totals[name] = c * workers
     runs += [dict(auto_cfg, name="streambuf auto")]
     got: dict[str, list[dict[str, Any]]] = {}
@@ -105,6 +121,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "x_peer": rate / peer,
                 "efficiency": efficiency,
                 "max_bytes": reports[0].get("budget_max_bytes"),  # the loader's, as run
+                "map_peak_items": max((r.get("map_peak_items", 0) for r in reports), default=0),
             }
         )
         print(f"{name:<28} {total:>8} {rate:>10.1f} {rate / peer:>6.2f}x {efficiency:>10.2f}")

@@ -107,8 +107,11 @@ def test_the_auto_threads_curve_runs_tiny(capsys):
 
 
 def test_the_auto_threads_curve_adds_rows_at_larger_budgets():
-    rows = _script("auto_threads_curve").main(["--tiny", "--budgets", "1", "3"])
+    rows = _script("auto_threads_curve").main(
+        ["--tiny", "--budgets", "1", "3", "--items-per-thread", "1"]
+    )
     names = [r["run"] for r in rows]
+    assert names[5:7] == ["streambuf 1, 1 a thread", "streambuf 2, 1 a thread"]
     assert names[1:5] == [
         "streambuf 1",
         "streambuf 2",
@@ -119,3 +122,17 @@ def test_the_auto_threads_curve_adds_rows_at_larger_budgets():
     assert by["streambuf 2, budget x3"]["threads"] == by["streambuf 2"]["threads"] == 4
     assert by["streambuf 1, budget x3"]["batches_per_s"] > 0
     assert by["streambuf 1, budget x3"]["max_bytes"] == 3 * by["streambuf 1"]["max_bytes"] > 0
+    assert by["streambuf 2, 1 a thread"]["map_peak_items"] > 0  # the stage's stats came back
+
+
+def test_the_benchmark_loader_takes_the_maps_depth_from_its_config():
+    from streambuf.bench.workloads import _BUILDERS, SampleMaker
+
+    cfg = {"threads": 3, "batch_size": 2, "workers": 0, "max_batches": 2, "max_bytes": 1 << 20}
+    for given, want in ((None, None), (5, 5)):
+        built = _BUILDERS["streambuf"](dict(cfg, map_max_items=given), 4, SampleMaker())
+        try:
+            maps = [s for s in built.loader.pipeline._stages if type(s).__name__ == "Map"]
+            assert [m.max_items for m in maps] == [want]
+        finally:
+            built.close()

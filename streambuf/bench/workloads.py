@@ -180,6 +180,7 @@ def _streambuf(cfg: dict[str, Any], n: int, maker: SampleMaker) -> _Built:
             threads=cfg["threads"],
             ordered=cfg.get("ordered", True),
             adaptive=cfg.get("adaptive", True),
+            max_items=cfg.get("map_max_items"),  # None: the default, two a thread
         )
         .batch(cfg["batch_size"])
     )
@@ -217,6 +218,10 @@ def loader_stats(loader: Any) -> dict[str, Any]:
             oversize=b.oversize,
         )
     out["tuner_decisions"] = [d.as_dict() for d in st.decisions]
+    # the threaded map's most items held (made or being made), summed over the workers
+    maps = [s.peak_items for s in st.stages if s.stage.startswith("map(")]
+    if maps:
+        out["map_peak_items"] = max(maps)
     return out
 
 
