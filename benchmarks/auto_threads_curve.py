@@ -19,9 +19,9 @@ process, as ``streambuf bench`` runs them), so both targets can be read off one 
 ``--budgets K ...`` adds each fixed count again with ``K`` times the byte and batch
 budget (``max_bytes``, ``max_batches``): if a larger budget does not raise a count's
 efficiency, the budget is not what holds that count below ``threads / latency``.
-``--items-per-thread K ...`` adds each fixed count again with the map holding ``K``
-items a thread (``max_items``; the default is 2: one being made, one made), e.g. ``1``
-for the default before 2026-12-03.
+``--items-per-thread K ...`` adds each fixed count and ``"auto"`` again with the map
+holding ``K`` items a thread (``max_items``; ``"auto"``: ``K x max_threads``; the
+default is 2: one being made, one made), e.g. ``1`` for the default before 2026-12-03.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 from streambuf.bench import latency
 from streambuf.bench._harness import run_config
+from streambuf.prefetch import MAX_THREADS
 
 LATENCY = latency.LATENCY_S
 BATCH = latency.BATCH
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             name = f"streambuf {c}, {k} a thread"
             runs.append(dict(auto_cfg, threads=c, map_max_items=k * c, name=name))
             totals[name] = c * workers
+        # "auto" too: its window holds K items for each of its max_threads
+        runs.append(
+            dict(auto_cfg, map_max_items=k * MAX_THREADS, name=f"streambuf auto, {k} a thread")
+        )
     runs += [dict(auto_cfg, name="streambuf auto")]
     got: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.rounds):

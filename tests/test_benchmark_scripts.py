@@ -111,7 +111,11 @@ def test_the_auto_threads_curve_adds_rows_at_larger_budgets():
         ["--tiny", "--budgets", "1", "3", "--items-per-thread", "1"]
     )
     names = [r["run"] for r in rows]
-    assert names[5:7] == ["streambuf 1, 1 a thread", "streambuf 2, 1 a thread"]
+    assert names[5:8] == [
+        "streambuf 1, 1 a thread",
+        "streambuf 2, 1 a thread",
+        "streambuf auto, 1 a thread",
+    ]
     assert names[1:5] == [
         "streambuf 1",
         "streambuf 2",
@@ -136,3 +140,15 @@ def test_the_benchmark_loader_takes_the_maps_depth_from_its_config():
             assert [m.max_items for m in maps] == [want]
         finally:
             built.close()
+
+
+def test_the_cpu_bound_script_runs_tiny(capsys):
+    rows = _script("cpu_bound_auto").main(["--tiny"])
+    assert [r["run"].split(": ")[1] for r in rows] == [
+        "streambuf 2x1 thread",
+        "streambuf 2x auto threads",
+        "streambuf 2x auto threads, adaptive=False",
+    ]
+    assert all(r["batches_per_s"] > 0 and len(r["runs"]) == 1 for r in rows)
+    assert rows[1]["x_one"] == rows[1]["runs"][0] / rows[0]["runs"][0]  # against threads=1
+    assert "x threads=1" in capsys.readouterr().out
