@@ -56,8 +56,9 @@ __all__ = ["AGAIN", "ITEMS_PER_THREAD", "LaneRunner"]
 # A threaded map's default depth (``max_items``) per thread: one item being made and one
 # made. With one, the consumer's own work between two items it takes (a batch's collate,
 # its hand-off to the main process) leaves every thread waiting for room at once: on the
-# seed workload (4 workers, 10 ms a sample, 19 MiB batches) 12 threads a worker went from
-# 0.84-0.87 to 0.92-0.95 of ``threads / latency`` (docs/design.md, "Autotuned parallelism").
+# seed workload (4 workers, 10 ms a sample, 19 MiB batches) 8 threads a worker went from
+# 0.88-0.92 to 0.95 of ``threads / latency`` in three side-by-side runs (docs/design.md,
+# "Autotuned parallelism"; past ~10 a worker the CPUs set the rate there).
 ITEMS_PER_THREAD = 2
 
 # A work iterator yields AGAIN when it has no item now (its stage paused the lanes): the

@@ -201,8 +201,8 @@ def test_a_threaded_map_holds_two_items_a_thread_while_the_consumer_works(thread
     """The consumer's own work between two items it takes (a batch's collate, its
     hand-off) must not stall every thread at once: by default a threaded map holds two
     items a thread (one made, one being made). With one, all threads stopped whenever
-    the consumer was busy (the seed workload ran at 0.84-0.87 of ``threads / latency``
-    with 12 threads a worker, 0.92-0.95 with two)."""
+    the consumer was busy (the seed workload ran at 0.88-0.92 of ``threads / latency``
+    with 8 threads a worker, 0.95 with two, in three side-by-side runs)."""
     default = _pulled_while_the_consumer_waits(threads, None)
     assert default == _pulled_while_the_consumer_waits(threads, 2 * threads)
     assert default == _pulled_while_the_consumer_waits(threads, threads) + threads
