@@ -84,7 +84,7 @@ def test_marked():
     assert _shm() is not None
 
 def test_plain():
-    assert 1 + 1 == 2
+    print(sorted([2, 1]))
 """
     assert unmarked_machine_wide_tests(src) == ["test_direct", "test_through_a_helper"]
     module_marked = src.replace(
