@@ -142,13 +142,20 @@ def test_the_benchmark_loader_takes_the_maps_depth_from_its_config():
             built.close()
 
 
-def test_the_cpu_bound_script_runs_tiny(capsys):
-    rows = _script("cpu_bound_auto").main(["--tiny"])
+def test_the_auto_vs_fixed_script_runs_tiny(capsys):
+    script = _script("auto_vs_fixed")
+    rows = script.main(["--tiny"])
     assert [r["run"].split(": ")[1] for r in rows] == [
         "streambuf 2x1 thread",
         "streambuf 2x auto threads",
         "streambuf 2x auto threads, adaptive=False",
     ]
     assert all(r["batches_per_s"] > 0 and len(r["runs"]) == 1 for r in rows)
-    assert rows[1]["x_one"] == rows[1]["runs"][0] / rows[0]["runs"][0]  # against threads=1
+    assert rows[1]["x_ref"] == rows[1]["runs"][0] / rows[0]["runs"][0]  # against threads=1
     assert "x threads=1" in capsys.readouterr().out
+    # the mixed section: the fixed count (the tiny mode's), then auto, against the fixed
+    rows = script.main(["--tiny", "--section", "mixed"])
+    assert [r["run"] for r in rows] == ["streambuf 2x4 threads", "streambuf 2x auto threads"]
+    assert rows[1]["ref"] == "streambuf 2x4 threads"
+    assert rows[1]["x_ref"] == rows[1]["runs"][0] / rows[0]["runs"][0]
+    assert "x the best fixed (streambuf 2x4 threads)" in capsys.readouterr().out
