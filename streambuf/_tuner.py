@@ -10,7 +10,14 @@ downstream work included) at one count after another, and climbs:
 1. **measure** the current count: skip ``settle`` items after a change (default: two
    per thread; the stage refills at the new count), then take at least ``window`` items,
    four per thread (a waiting function's items arrive in bursts of ``count``) and
-   ``min_window_s`` seconds (0.1: one hiccup of a loaded machine does not decide);
+   ``min_window_s`` seconds (0.1: one hiccup of a loaded machine does not decide),
+   over ``cycles`` (3) bursts, from the start of one to the start of another (the
+   consumer takes items in bursts: a batch, then a pause while it collates and hands
+   the batch on, and one cycle's length moves with the other workers'; a burst begins
+   after a pause of at least ``align`` of the window's longest): a window cut inside a
+   burst measures its fast part, or its pause, not the cycle. Where the bursts do not
+   come, the window ends at ``cycles + 1`` times the time it needed (in a smooth
+   stream every item begins a "burst": nothing is waited for);
 2. **up**: double the count (a smaller step where the limit caps it), up to the
    *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
    thread's item in flight counts against ``max_bytes``); no growth at all while
@@ -23,11 +30,14 @@ downstream work included) at one count after another, and climbs:
    count (fewer threads may do the same work: the function holds the GIL, or something
    downstream is the limit); then down
    again (down to one thread: a GIL-bound function can be much faster on one thread
-   than on two) while the rate stays above ``fall`` of the best. The count kept: the one
+   than on two) while the rate stays above ``fall`` of the best (in a re-check: above
+   ``keep``, a step that loses is not repeated: each window at a count that pays less
+   costs the run). The count kept: the one
    the check began with if its rate is within ``keep`` of the best measured (a change
-   must pay more than the noise of a loaded machine), else, or when the CPUs were busy
-   (fewer threads doing as much contend less), the fewest threads within ``keep`` of
-   the best;
+   must pay more than the noise of a loaded machine) or, when the CPUs were busy, the
+   fewest threads that did at least as much as it (they contend less for the CPUs and
+   the GIL; "as much": a window's noise must not take away threads that pay); else the
+   fewest threads within ``keep`` of the best;
 4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
    seconds; the interval doubles each time a check confirms the count (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
@@ -43,6 +53,7 @@ the count parks before it takes its next item, after delivering the one it holds
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -70,6 +81,8 @@ class ThreadTuner:
     ``settled_s`` (when the first check settled; None before).
     """
 
+    SAME = 0.999  # "as much" (a rate's rounding, not a window's noise)
+
     def __init__(
         self,
         *,
@@ -87,11 +100,15 @@ class ThreadTuner:
         min_interval_s: float = 2.0,
         max_interval_s: float = 60.0,
         first_recheck_s: float = 0.5,
+        align: float = 0.5,
+        cycles: int = 3,
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] = cpu_seconds,
     ) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads={max_threads!r} must be >= 1")
+        if not 0.0 <= align <= 1.0:
+            raise ValueError(f"align={align!r} must be within [0, 1]")
         self.max_threads = int(max_threads)
         self.window = max(4, int(window))
         self._settle_items = settle
@@ -102,6 +119,7 @@ class ThreadTuner:
         self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
         self.first_recheck_s = first_recheck_s
         self._clock, self._cpu_clock = clock, cpu_clock
+        self.align, self.cycles = align, max(1, int(cycles))
         self._t_start = clock()
         self.count = max(1, min(int(start), self.limit()))
         self.history: list[tuple[float, int, float]] = []
@@ -126,7 +144,14 @@ class ThreadTuner:
 
     def _measure(self) -> None:
         self._state, self._n = "measure", 0
-        self._t0, self._c0 = self._clock(), self._cpu_clock()
+        self._t0 = self._t_last = self._clock()
+        self._c0 = self._cpu_clock()
+        self._gap_max = 0.0  # the longest pause between two items in this window
+        self._ready_s = 0.0  # when the window first had its items and time (0: not yet)
+        # the items that began a burst: (pause before it, its time, items counted at it),
+        # those with a pause >= ``align`` of the longest so far (all of them: the list is
+        # rebuilt when the longest grows)
+        self._starts: deque[tuple[float, float, int]] = deque()
 
     def limit(self) -> int:
         """The most threads allowed now: ``max_threads`` and the byte bound's room."""
@@ -158,14 +183,22 @@ class ThreadTuner:
 
     def _choose(self) -> int | None:
         """End of a check: the count the check began with if its rate is within ``keep``
-        of the best measured (a change must pay more than noise), else (or when the CPUs
-        were busy) the fewest threads within ``keep`` of the best."""
+        of the best measured (a change must pay more than noise; when the CPUs were
+        busy, fewer threads that did at least as much), else the fewest threads within
+        ``keep`` of the best."""
         best = max(self._rates.values())
         near = [c for c, r in self._rates.items() if r >= self.keep * best]
-        # on busy CPUs fewer threads doing as much is the better count (less contention
-        # for the CPUs and the GIL); otherwise a change must beat the count kept so far
-        saturated = self._busy_from >= self.cpu_busy * self.cpus
-        count = self._from if (self._from in near and not saturated) else min(near)
+        if self._from in near:
+            count = self._from
+            if self._busy_from >= self.cpu_busy * self.cpus:
+                # on busy CPUs fewer threads doing as much are better (less contention
+                # for the CPUs and the GIL), but only if they lost nothing: a window's
+                # noise must not take away threads that pay (the mixed workload: 2
+                # threads a worker ran 0.87 of 4, inside ``keep`` of one window's noise)
+                same = self.SAME * self._rates[self._from]
+                count = min(c for c in near if c == count or self._rates[c] >= same)
+        else:
+            count = min(near)
         now = self._clock()
         if count == self._from:
             self._interval = min(2 * self._interval, self.max_interval_s)
@@ -201,8 +234,12 @@ class ThreadTuner:
             return self._choose()
         if self._dir == "down":
             # on down while not clearly worse than the best so far (a GIL-bound function
-            # can be much faster on one thread than on two: do not stop at two)
-            if rate < self.fall * max(self._rates.values()):
+            # can be much faster on one thread than on two: do not stop at two); a
+            # re-check goes on only while a step loses nothing (``keep``): it checks a
+            # count already found, and each window at a count that pays less costs the
+            # run (the mixed workload: 1 thread a worker runs 0.6 of 4)
+            floor = self.fall if self.settled_s is None else self.keep
+            if rate < floor * max(self._rates.values()):
                 return self._choose()
             got = self._down()
             return got if got is not None else self._choose()
@@ -222,17 +259,52 @@ class ThreadTuner:
             if self._n >= (settle if settle is not None else max(8, 2 * self.count)):
                 self._measure()
         elif state == "measure":
-            # every thread delivers a few items in a window: a waiting function's items
-            # come in bursts of ``count``, and a window of one burst measures nothing
-            if self._n >= max(self.window, 4 * self.count):
-                now = self._clock()
-                dt = now - self._t0
-                if dt >= self.min_window_s:
-                    self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
-                    return self._measured(self._n / max(dt, 1e-9))
+            return self._measure_tick()
         elif self._clock() - self._decided_at >= self._interval:
             self._check()
         return None
+
+    def _measure_tick(self) -> int | None:
+        """One item of a window. Every thread delivers a few items in it (a waiting
+        function's items come in bursts of ``count``: a window of one burst measures
+        nothing), it lasts ``min_window_s``, and it runs from the start of one burst to
+        the start of another: the consumer takes items in bursts too (a batch's worth,
+        then a pause while it collates and hands the batch on), and a window cut inside
+        a burst counts its fast part or its pause, not their mean."""
+        now = self._clock()
+        gap = now - self._t_last
+        self._t_last = now
+        starts = self._starts
+        if gap > self._gap_max:
+            self._gap_max = gap
+            cut = self.align * gap
+            if starts and starts[0][0] < cut:  # (rare: the longest pause grew)
+                self._starts = starts = deque(e for e in starts if e[0] >= cut)
+        else:
+            cut = self.align * self._gap_max
+        if gap >= cut and self.align > 0.0:  # this item begins a burst
+            starts.append((gap, now, self._n))
+        need = max(self.window, 4 * self.count)
+        dt = now - self._t0
+        if self._n < need or dt < self.min_window_s:
+            return None
+        if self._ready_s == 0.0:
+            self._ready_s = dt
+        n, span = self._n, dt  # the whole window (``align=0``, or no burst came)
+        if self.align > 0.0:
+            # ``cycles`` bursts, from the first one's start to this item's (it begins one)
+            _, t_first, n_first = starts[0]
+            if (
+                gap >= cut
+                and len(starts) > self.cycles
+                and self._n - n_first >= need
+                and now - t_first >= self.min_window_s
+            ):
+                n, span = self._n - n_first, now - t_first
+            elif dt < (self.cycles + 1) * self._ready_s:
+                return None  # wait for the bursts, a few times the time needed at most
+        self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
+        return self._measured(n / max(span, 1e-9))
 
     def restart(self) -> None:
         """The stage's items stopped flowing through the threads for a while (ran

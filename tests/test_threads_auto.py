@@ -108,6 +108,31 @@ def test_shrinks_to_one_thread_under_gil_bound_work() -> None:
     assert counts[:3] == [8, 2, 1] and set(counts[3:]) <= {1, 2} and t.count == 1, counts
 
 
+def test_a_bursty_consumer_is_measured_over_whole_bursts() -> None:
+    # the consumer takes a batch of 32 items at once (0.1 ms apart), then pauses while
+    # it collates and hands the batch on; how long depends on the count (the others'
+    # share of the CPUs, say): 2 threads pause 120 ms, 4 or more 90 ms
+    pause = {1: 0.2, 2: 0.12}
+    c = Clocks()
+    # (112 items a window: three bursts and a half)
+    t = tuner(c, max_threads=8, min_window_s=0.05, window=112)
+
+    def true_rate(n: int) -> float:
+        return 32 / (pause.get(n, 0.09) + 31e-4)
+
+    for i in range(3000):
+        c.t += 1e-4 if i % 32 else pause.get(t.count, 0.09)
+        t.tick()
+        if t.settled_s is not None:
+            break
+    # each count's window ran over whole bursts: the rate of the cycle, not of a part
+    # of a burst with or without its pause (which would be 3x off either way)
+    assert t.settled_s is not None and set(t._rates) == {1, 2, 4, 8}, t._rates
+    for n, got in t._rates.items():
+        assert got == pytest.approx(true_rate(n), rel=0.03), (n, got, true_rate(n))
+    assert t.count == 4  # 8 did not pay; 2 is 25% slower
+
+
 def test_a_plateau_keeps_its_count_unless_the_cpus_are_busy() -> None:
     # the same rate at every count (the consumer is the limit): noise must not move the
     # count, so the check keeps the one it began with ...
@@ -120,6 +145,48 @@ def test_a_plateau_keeps_its_count_unless_the_cpus_are_busy() -> None:
     t = tuner(c, cpus=2.0)
     drive(t, c, lambda n: 1000.0, 600, busy=lambda n: 1.95)
     assert t.count == 1
+
+
+def test_a_window_holds_several_bursts() -> None:
+    # one batch's cycle (32 items, a 90 ms pause) is noisy in a real Loader (the other
+    # workers' batches, the CPUs): a window holds three of them, whatever its item count
+    c = Clocks()
+    t = tuner(c, max_threads=8)  # 16 items a window: half a burst
+    cycle = 0.09 + 31e-4
+    changes = []
+    for i in range(5000):
+        c.t += 1e-4 if i % 32 else 0.09
+        if t.tick() is not None:
+            changes.append(c.t)
+        if len(changes) == 3:
+            break
+    # between two changes: the items skipped after a change, then three whole cycles
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *changes])]
+    assert len(gaps) == 3 and all(g >= 3 * cycle for g in gaps), (gaps, cycle)
+
+
+def test_on_busy_cpus_fewer_threads_are_kept_only_if_they_lose_nothing() -> None:
+    # busy CPUs, and each thread still pays a little: 2 threads run 0.96 of 4 (inside
+    # ``keep`` of the best, a window's noise on a loaded machine): 4 stay
+    c = Clocks()
+    t = tuner(c, cpus=2.0, max_threads=8)
+    slope = {1: 900.0, 2: 960.0}
+    counts = drive(t, c, lambda n: slope.get(n, 1000.0), 600, busy=lambda n: 1.95)
+    # down to 2 and 1 (no growth on busy CPUs), back to 4; each re-check does the same
+    assert counts[:3] == [2, 1, 4] and t.settled_s is not None, counts
+    assert t.history[2][0] == pytest.approx(t.settled_s)
+
+
+def test_a_recheck_goes_down_only_while_a_step_loses_nothing() -> None:
+    # the mixed workload's shape on busy CPUs: each thread a worker pays less, and one
+    # thread runs 0.6 of 4: the first check looks all the way down, a re-check one step
+    c = Clocks()
+    t = tuner(c, cpus=2.0, max_threads=8, min_interval_s=1.0)
+    slope = {1: 600.0, 2: 870.0}
+    counts = drive(t, c, lambda n: slope.get(n, 1000.0), 3000, busy=lambda n: 1.95)
+    assert counts[:3] == [2, 1, 4], counts  # the first check: down to 1, back to 4
+    assert len(counts) > 5 and counts[3:] == [2, 4] * ((len(counts) - 3) // 2), counts
+    assert t.count == 4
 
 
 def test_the_first_decision_is_checked_again_soon() -> None:
