@@ -20,6 +20,7 @@ the per-round ratios.
     python benchmarks/auto_vs_fixed.py                          # cpu, 5 rounds, ~3 min
     python benchmarks/auto_vs_fixed.py --section mixed          # 2, 4, 8 and auto, ~5 min
     python benchmarks/auto_vs_fixed.py --section mixed --fixed 2 4 16 --rounds 9
+    python benchmarks/auto_vs_fixed.py --section mixed --fixed 4 8 --longer 3  # 3x batches
     python benchmarks/auto_vs_fixed.py --tiny [--section mixed] # seconds (a smoke run)
 """
 
@@ -55,11 +56,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument(
         "--fixed", type=int, nargs="+", default=[2, 4, 8], help="mixed: threads a worker"
     )
+    parser.add_argument(
+        "--longer",
+        type=float,
+        default=1.0,
+        help="runs K times as many batches (auto's climb "
+        "and re-checks are a fixed cost: a longer run shows what is left of it)",
+    )
     parser.add_argument("--tiny", action="store_true", help="the tiny mode's rows, one round")
     args = parser.parse_args(argv)
     mode = "tiny" if args.tiny else "full"
     rounds = 1 if args.tiny else args.rounds
-    cfgs = _rows(args.section, mode, args.fixed)
+    cfgs = [
+        dict(c, batches=max(1, round(c["batches"] * args.longer)))
+        for c in _rows(args.section, mode, args.fixed)
+    ]
     runs = interleaved(
         cfgs,
         lambda c: run_config(c, isolate=not args.tiny),

@@ -5,6 +5,7 @@ choices to ``streambuf bench all`` and refuses an unknown benchmark by name."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -159,3 +160,23 @@ def test_the_auto_vs_fixed_script_runs_tiny(capsys):
     assert rows[1]["ref"] == "streambuf 2x4 threads"
     assert rows[1]["x_ref"] == rows[1]["runs"][0] / rows[0]["runs"][0]
     assert "x the best fixed (streambuf 2x4 threads)" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not (SCRIPTS.parent / ".git").exists(), reason="needs a git checkout")
+def test_the_ab_revisions_script_runs_tiny(capsys):
+    script = _script("ab_revisions")
+    got = script.main(
+        ["--base", "HEAD", "--bench", "mixed", "--tiny", "--ref", "streambuf 2x4 threads"]
+    )
+    (name, row), *more = got["rows"].items()
+    assert not more and name.startswith("cpu-bound:")  # the last row by default
+    assert len(row["base"]) == len(row["new"]) == 1 and row["base"][0] > 0 < row["new"][0]
+    assert row["new_over_base"] == row["new"][0] / row["base"][0]
+    assert "streambuf 2x4 threads" in capsys.readouterr().out
+    # its worktrees are gone
+    out = subprocess.run(
+        ["git", "-C", str(SCRIPTS.parent), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert "streambuf-ab-" not in out
+    with pytest.raises(SystemExit, match="no such row"):
+        script.main(["--base", "HEAD", "--bench", "mixed", "--tiny", "--rows", "nope"])
