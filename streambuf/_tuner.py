@@ -267,19 +267,20 @@ class ThreadTuner:
     def _measure_tick(self) -> int | None:
         """One item of a window. Every thread delivers a few items in it (a waiting
         function's items come in bursts of ``count``: a window of one burst measures
-        nothing), it lasts ``min_window_s``, and it runs from the start of one burst to
-        the start of another: the consumer takes items in bursts too (a batch's worth,
-        then a pause while it collates and hands the batch on), and a window cut inside
-        a burst counts its fast part or its pause, not their mean."""
+        nothing), it lasts ``min_window_s``, and it runs over ``cycles`` bursts, from
+        the start of one to the start of another: the consumer takes items in bursts too
+        (a batch's worth, then a pause while it collates and hands the batch on), and a
+        window cut inside a burst counts its fast part or its pause, not their mean.
+        Invariant: ``_starts`` holds every item of the window whose pause is at least
+        ``align`` of the longest so far, in order (so its length counts the bursts)."""
         now = self._clock()
         gap = now - self._t_last
         self._t_last = now
         starts = self._starts
-        if gap > self._gap_max:
+        if gap > self._gap_max:  # (rare after a window's first items)
             self._gap_max = gap
             cut = self.align * gap
-            if starts and starts[0][0] < cut:  # (rare: the longest pause grew)
-                self._starts = starts = deque(e for e in starts if e[0] >= cut)
+            self._starts = starts = deque(e for e in starts if e[0] >= cut)
         else:
             cut = self.align * self._gap_max
         if gap >= cut and self.align > 0.0:  # this item begins a burst

@@ -165,6 +165,25 @@ def test_a_window_holds_several_bursts() -> None:
     assert len(gaps) == 3 and all(g >= 3 * cycle for g in gaps), (gaps, cycle)
 
 
+def test_burst_starts_are_counted_against_the_longest_pause() -> None:
+    # pauses of a loaded machine differ: 100 ms, then 60 ms (a burst start while the
+    # longest is 100), then 150 ms: the 60 ms one no longer begins a burst, even though
+    # an earlier start (100 ms) still does; a count of bursts that kept it would end a
+    # window a burst early
+    c = Clocks()
+    t = tuner(c, max_threads=8, window=4, min_window_s=1e-3)
+    pauses = itertools.cycle([0.1, 0.06, 0.15, 0.1, 0.09])
+    checked = 0
+    for i in range(4000):
+        c.t += next(pauses) if i % 32 == 0 else 1e-4
+        t.tick()
+        if t._state == "measure" and t._n > 0:
+            cut = t.align * t._gap_max
+            assert all(g >= cut for g, _, _ in t._starts), (cut, list(t._starts))
+            checked += 1
+    assert checked > 1000 and t.settled_s is not None
+
+
 def test_on_busy_cpus_fewer_threads_are_kept_only_if_they_lose_nothing() -> None:
     # busy CPUs, and each thread still pays a little: 2 threads run 0.96 of 4 (inside
     # ``keep`` of the best, a window's noise on a loaded machine): 4 stay

@@ -46,6 +46,13 @@ MUTANTS = [
         "::test_a_bursty_consumer_is_measured_over_whole_bursts",
     ),
     _m(
+        "burst starts are pruned only from the front when the longest pause grows",
+        "streambuf/_tuner.py",
+        "            self._starts = starts = deque(e for e in starts if e[0] >= cut)\n",
+        "            while starts and starts[0][0] < cut:\n                starts.popleft()\n",
+        "::test_burst_starts_are_counted_against_the_longest_pause",
+    ),
+    _m(
         "a window holds one burst, not cycles",
         "streambuf/_tuner.py",
         "                and len(starts) > self.cycles\n",
@@ -106,8 +113,8 @@ MUTANTS += [
     _m(
         "the controller keeps a count on busy CPUs when fewer threads do as much",
         "streambuf/_tuner.py",
-        "        saturated = self._busy_from >= self.cpu_busy * self.cpus",
-        "        saturated = False",
+        "            if self._busy_from >= self.cpu_busy * self.cpus:\n",
+        "            if False:\n",
         "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
     ),
     _m(
@@ -120,8 +127,8 @@ MUTANTS += [
     _m(
         "the controller moves on noise (no preference for the count it has)",
         "streambuf/_tuner.py",
-        "        count = self._from if (self._from in near and not saturated) else min(near)",
-        "        count = min(near)",
+        "        if self._from in near:\n            count = self._from\n",
+        "        if False:\n            count = self._from\n",
         "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
     ),
     _m(
