@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from streambuf.bench._harness import run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,22 +41,6 @@ def _configs(bench: str, mode: str) -> list[dict[str, Any]]:
 
         return list(mod.configs(mode, calibrate_spin(mod.CPU_S)))
     return list(mod.configs(mode))
-
-
-def _run(tree: Path, cfg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """One run of ``cfg`` in a fresh process importing ``tree``'s streambuf."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "streambuf.bench._child", json.dumps(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{cfg['name']!r} under {tree} failed:\n{proc.stderr[-3000:]}")
-    return dict(json.loads(lines[-1]))
 
 
 def _worktree(rev: str, where: Path) -> Path:
@@ -99,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for r in range(rounds):
                 for k in range(len(jobs)):
                     name, tag = jobs[(k + r) % len(jobs)]
-                    res = _run(trees[tag], by_name[name], args.timeout_s)
+                    res = run_config(by_name[name], root=str(trees[tag]), timeout_s=args.timeout_s)
                     got[(name, tag)].append(float(res[args.key]))
                     print(f"round {r}: {name} [{tag}] {res[args.key]:.2f}", flush=True)
         finally:

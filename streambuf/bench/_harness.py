@@ -51,22 +51,25 @@ def call_runner(cfg: Config) -> Result:
     return result
 
 
-def _child_env() -> dict[str, str]:
-    """The child imports the very streambuf this process runs (a checkout or an install)."""
-    import streambuf
+def _child_env(root: str | None = None) -> dict[str, str]:
+    """The child imports the very streambuf this process runs (a checkout or an install),
+    or the checkout at ``root``."""
+    if root is None:
+        import streambuf
 
-    root = str(Path(streambuf.__file__).resolve().parents[1])
+        root = str(Path(streambuf.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
 
 
-def _in_child(cfg: Config, timeout_s: float) -> Result:
+def _in_child(cfg: Config, timeout_s: float, root: str | None = None) -> Result:
     proc = subprocess.run(
         [sys.executable, "-m", "streambuf.bench._child", json.dumps(cfg)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env=_child_env(),
+        env=_child_env(root),
+        cwd=root,  # ``-m`` puts the working directory first on the path
     )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
@@ -77,11 +80,16 @@ def _in_child(cfg: Config, timeout_s: float) -> Result:
     return dict(json.loads(lines[-1]))
 
 
-def run_config(cfg: Config, *, isolate: bool = True, timeout_s: float = 600) -> Result:
+def run_config(
+    cfg: Config, *, isolate: bool = True, timeout_s: float = 600, root: str | None = None
+) -> Result:
     """One run of ``cfg`` under a memory watch: its report plus ``peak`` and ``shm_peak``
-    (system AnonPages + Shmem and /dev/shm, bytes). ``isolate=False`` runs it here."""
+    (system AnonPages + Shmem and /dev/shm, bytes). ``isolate=False`` runs it here;
+    ``root``: the child imports the streambuf of that checkout (another revision)."""
+    if root is not None and not isolate:
+        raise ValueError("run_config: root= needs isolate=True (a fresh process)")
     with MemoryWatch() as watch:
-        report = _in_child(cfg, timeout_s) if isolate else call_runner(cfg)
+        report = _in_child(cfg, timeout_s, root) if isolate else call_runner(cfg)
     peak = watch.result()
     report["peak"] = peak.peak
     report["shm_peak"] = peak.shm_peak
