@@ -30,6 +30,14 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   never makes a later item while one of its lanes owes an earlier one (the window's
   room rules stay deadlock-free), and the order (the window's, by lane) does not depend
   on ``m``.
+* **Chunks** (``chunk=k``: the shard lanes of ``SourceRun``): a lane reserves room for
+  up to ``k`` items at once and hands over, in one ``commit_many``, what it made until
+  the reservation is full, ``FLUSH_S`` passed since the chunk began (a lane that waits
+  on a request or a decode hands each item over as soon as it is made), an item
+  outgrew the estimate, or its iterator paused or ended; the consumer takes runs with
+  ``get_many``. A lane's chunk size doubles after a chunk that filled and falls to what
+  it made after one that did not. Order, bounds and errors are as item by item (each
+  item counted at its own size).
 * **Shutdown.** Leaving the loop (end, ``break``, an exception) or ``close()`` closes
   the window (every blocked reserve/commit wakes with ``BufferClosed``), calls
   ``on_close`` (e.g. to abort in-flight reads), and joins the threads within
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -60,6 +69,15 @@ __all__ = ["AGAIN", "ITEMS_PER_THREAD", "LaneRunner"]
 # 0.88-0.92 to 0.95 of ``threads / latency`` in three side-by-side runs (docs/design.md,
 # "Autotuned parallelism"; past ~10 a worker the CPUs set the rate there).
 ITEMS_PER_THREAD = 2
+
+# A chunk is handed over once this long passed since its first item began: lanes whose
+# items come in microseconds (a local or buffered tar) hand over runs of them, lanes that
+# wait (a request, a decode) one by one, as soon as each is made. Longer than the GIL's
+# switch interval (5 ms), so a lane that lost the GIL to another one for a turn keeps
+# its chunk (3 lanes of local 64 KiB samples, ``bench._chunk_probe``: 1 ms gave 1.1x
+# one by one, 20 ms 1.5x); short beside a request (a chunk holds an item at most this
+# long, plus the next item's read).
+FLUSH_S = 0.01
 
 # A work iterator yields AGAIN when it has no item now (its stage paused the lanes): the
 # lane gives its reservation back and asks its gate again (it parks there, holding
@@ -100,6 +118,8 @@ class LaneRunner(Generic[T]):
             works already ended), and dealing ``threads`` out skips them.
         largest: bytes of the largest item made before (a reservation's estimate until
             this runner makes a larger one; -1: none known, a lane's share).
+        chunk: at most this many items per hand-off (a ``Window``, not in sequence
+            order; see "Chunks" in the module docstring). 1: one by one.
     """
 
     def __init__(
@@ -122,6 +142,7 @@ class LaneRunner(Generic[T]):
         first_lane: int = 0,
         live: Sequence[int] | None = None,
         largest: int = -1,
+        chunk: int = 1,
     ) -> None:
         if not works:
             raise ValueError(f"{name}: a LaneRunner needs at least one lane")
@@ -162,6 +183,10 @@ class LaneRunner(Generic[T]):
         self._started = False
         self._closed = False
         self._largest = largest  # bytes of the largest item made so far (all lanes)
+        self._chunk = max(1, int(chunk))
+        if self._chunk > 1 and (numbered or not hasattr(window, "commit_many")):
+            raise ValueError(f"{name}: chunks need a Window that is not in sequence order")
+        self._want = [1] * self._lanes  # each lane's next chunk size (grows while it pays)
 
     @property
     def lanes(self) -> int:
@@ -175,6 +200,8 @@ class LaneRunner(Generic[T]):
     def _step(self, lane: int, it: Iterator[Any]) -> bool:
         """Make lane ``lane``'s next item and commit it; False when the lane ended (its
         iterator is exhausted, or its gate said so)."""
+        if self._chunk > 1:
+            return self._step_chunk(lane, it)
         win = self.window
         gate = self._gate
         while True:
@@ -200,6 +227,54 @@ class LaneRunner(Generic[T]):
                 self._largest = size
             win.commit(lane, item, size, seq=seq)
             return True
+
+    def _step_chunk(self, lane: int, it: Iterator[Any]) -> bool:
+        """``_step`` for a chunk: room for up to ``_want[lane]`` items in one reservation,
+        items made until it is full, ``FLUSH_S`` passed since the chunk began, the
+        consumer waits on this lane, or an item outgrew the reservation; then one
+        ``commit_many``. The size doubles after a chunk that filled and falls back to
+        what was made after one that could not (a slow or awaited lane hands items over
+        one by one, as without chunks)."""
+        win: Any = self.window
+        gate = self._gate
+        while True:
+            if gate is not None and not gate(lane):
+                return False
+            estimate = self._largest if self._largest >= 0 else win.share(lane)
+            room = win.reserve(lane, estimate, self._want[lane])
+            items: list[Any] = []
+            sizes: list[int] = []
+            ended = False
+            t0 = time.perf_counter()
+            try:
+                while len(items) < room:
+                    got = next(it)
+                    if got is AGAIN:
+                        break
+                    size = check_size(self._sizeof(got))
+                    if size > self._largest:
+                        self._largest = size
+                    items.append(got)
+                    sizes.append(size)
+                    if size > estimate or time.perf_counter() - t0 > FLUSH_S:
+                        break
+            except StopIteration:
+                ended = True
+            except BaseException:
+                win.release(lane)
+                raise
+            made = len(items)
+            if made == room:  # (room may be less than wanted: the window was full)
+                self._want[lane] = min(self._chunk, max(self._want[lane], 2 * room))
+            elif not ended:
+                self._want[lane] = max(1, made)
+            if not items:
+                win.release(lane)
+                if ended:
+                    return False
+                continue  # AGAIN before any item: ask the gate again
+            win.commit_many(lane, items, sizes)
+            return not ended
 
     def _run(self, lanes: list[int]) -> None:
         """One thread: its lanes, one item of each in turn (``lanes`` in delivery order),
@@ -291,6 +366,14 @@ class LaneRunner(Generic[T]):
         self._started = True
         self.start()
         try:
+            if self._chunk > 1:  # the window's items taken in runs too
+                win: Any = self.window
+                while True:
+                    try:
+                        got = win.get_many(self._chunk)
+                    except BufferClosed:
+                        return
+                    yield from got
             yield from self.window  # ends when every lane finished and was drained
         finally:
             self.close()

@@ -70,6 +70,11 @@ from .window import Window
 
 __all__ = ["Access", "SourceRun"]
 
+# Samples a shard lane hands over at most at a time (``LaneRunner``'s chunks: one
+# reservation, one commit and one get for a run of samples read within ``FLUSH_S``). 16
+# was the best of 4/16/64 on the bare hand-off (``python -m streambuf.bench._chunk_probe``).
+CHUNK = 16
+
 
 class Access(Protocol):
     """How one kind of source reads its shards (see the module docstring)."""
@@ -401,6 +406,7 @@ class SourceRun:
             first_lane=self._next_lane,
             live=live,
             largest=self._largest,
+            chunk=CHUNK if self.order != "sequence" else 1,
         )
         self._runner = runner
         if self._on_threads is not None:

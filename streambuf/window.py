@@ -40,8 +40,19 @@ the next item normally finds room inside the count; when it cannot (sizes grew s
 room was left), a lane the consumer waits on reserves outside the count. So the next
 item to deliver is always admitted, being made, or handed over.
 
-Ownership: an item belongs to the window from ``commit`` until ``get`` returns it. Each
-lane has at most one reservation at a time (one thread per lane).
+**Chunks** (``LaneRunner(chunk=)``; not in sequence order): ``reserve(t, estimate,
+count)`` takes room for up to ``count`` items at once (as many as fit beside the room
+owed to the items delivered before the last of them: the rule above, for its last item),
+``commit_many`` turns them into the items made (each counted at its own size, what was
+not used given back; only the last may be larger than its room and wait as ``commit``
+does) and ``get_many`` takes the head and whatever follows it ready, lending the ones
+after the first (still counted until the consumer's next get). One lock acquisition and
+at most one wake-up per run of items instead of per item; the bounds, the order and the
+deadlock rules are the ones above, item by item.
+
+Ownership: an item belongs to the window from ``commit`` until ``get`` returns it (or,
+lent by ``get_many``, until the consumer's next get). Each lane has at most one
+reservation at a time (one thread per lane), of one item or a chunk.
 """
 
 from __future__ import annotations
@@ -72,7 +83,7 @@ class LaneWindow(Protocol[T]):
     def order(self) -> WindowOrder: ...
 
     def share(self, lane: int) -> int: ...
-    def reserve(self, lane: int, nbytes: int) -> None: ...
+    def reserve(self, lane: int, nbytes: int) -> object: ...  # (Window: how many)
     def commit(self, lane: int, item: T, size: int, *, seq: int | None = None) -> None: ...
     def release(self, lane: int) -> None: ...
     def finish(self, lane: int) -> None: ...
@@ -124,7 +135,7 @@ class Window(Generic[T]):
         self._held = 0  # counted reservations + admitted results
         self._reserved = 0  # counted reservations
         self._bytes = 0  # their bytes
-        self._res: dict[int, tuple[int, bool]] = {}  # lane -> (bytes, counted)
+        self._res: dict[int, tuple[int, bool, int]] = {}  # lane -> (bytes each, counted, n)
         self._res_waiting: dict[int, threading.Condition] = {}  # lane -> its reserve wait
         self._need: dict[threading.Condition, tuple[int, int]] = {}  # waiter -> bytes, lane
         self._results: dict[Any, _Slot] = {}
@@ -141,6 +152,7 @@ class Window(Generic[T]):
         self._get_waiting = False  # get() is blocked
         self._arrivals: deque[int] = deque()  # first ready: admitted keys, in order
         self._arrival_keys = 0
+        self._lent_items = self._lent_bytes = 0  # taken by get_many, counted till the next
         self._closed = False
         self._error: BaseException | None = None
         self._peak_items = self._peak_bytes = self._oversize = self._outside = 0
@@ -158,9 +170,9 @@ class Window(Generic[T]):
             self._held < self.max_items and self._bytes + nbytes <= self.max_bytes
         )
 
-    def _count(self, nbytes: int) -> None:
-        self._held += 1
-        self._bytes += nbytes
+    def _count(self, nbytes: int, n: int = 1) -> None:
+        self._held += n
+        self._bytes += nbytes * n
         if self._bytes > self._peak_bytes:
             self._peak_bytes = self._bytes
         if nbytes > self.max_bytes:
@@ -188,19 +200,35 @@ class Window(Generic[T]):
         """Round robin: where lane ``lane``'s next item stands in the delivery order."""
         return self._made[lane], (lane - self._start) % self.lanes
 
-    def _ahead(self, lane: int) -> int:
-        """Round robin: the items delivered before ``lane``'s next one that no lane has
-        reserved room for yet (``lane`` must leave them room)."""
+    def _ahead(self, lane: int, n: int = 1) -> int:
+        """Round robin: the items delivered before ``lane``'s ``n``-th next one that no
+        lane has reserved room for yet (``lane`` must leave them room)."""
         k, r = self._next_key(lane)
-        n = 0
+        k += n - 1
+        owed = 0
         for m in range(self.lanes):
             if m == lane or self._done[m]:
                 continue
-            start = self._made[m] + (1 if m in self._res else 0)  # m's first unreserved
+            got = self._res.get(m)
+            start = self._made[m] + (got[2] if got is not None else 0)  # m's first unreserved
             last = k if (m - self._start) % self.lanes < r else k - 1  # m's last before
             if last >= start:
-                n += last - start + 1
-        return n
+                owed += last - start + 1
+        return owed
+
+    def _more(self, lane: int, nbytes: int, count: int) -> int:
+        """How many items (1 to ``count``) ``lane`` may reserve at once, its first one
+        admitted: as many as fit with the room the others are owed (round robin: the
+        items delivered before its last one), so a chunk never takes the room of an item
+        delivered sooner."""
+        for n in range(count, 1, -1):
+            extra = self._ahead(lane, n) if self.order == "round_robin" else 0
+            if (
+                self._held + n + extra <= self.max_items
+                and self._bytes + nbytes * (n + extra) <= self.max_bytes
+            ):
+                return n
+        return 1
 
     def _admits(self, lane: int, nbytes: int, first: bool) -> bool:
         """May ``lane`` reserve ``nbytes`` now (``first``: no waiter is ahead of it)?
@@ -258,8 +286,11 @@ class Window(Generic[T]):
         if not 0 <= lane < self.lanes:
             raise IndexError(f"lane={lane} out of range for lanes={self.lanes}")
 
-    def reserve(self, lane: int, nbytes: int) -> None:
-        """Take room for lane ``lane``'s next item (about ``nbytes``) before making it.
+    def reserve(self, lane: int, nbytes: int, count: int = 1) -> int:
+        """Take room for lane ``lane``'s next item (about ``nbytes``) before making it;
+        with ``count > 1``, for up to ``count`` items of ``nbytes`` each (a chunk: see
+        ``commit_many``), as many as fit now with the room owed to others (at least one:
+        only room for one is waited for). Returns how many were reserved.
 
         Raises:
             BufferClosed: the window is (or gets) closed.
@@ -271,30 +302,37 @@ class Window(Generic[T]):
             if lane in self._res:
                 raise RuntimeError(f"lane {lane} reserved twice without commit or release")
             counted = True
+            n = 1
             if not self._admits(lane, nbytes, not self._waiters):
                 rr = self.order == "round_robin"
                 counted = self._wait_for_room(nbytes, lane=lane if rr else -1)
-            self._res[lane] = (nbytes, counted)
+            if counted and count > 1:
+                n = self._more(lane, nbytes, count)
+            self._res[lane] = (nbytes, counted, n)
             if counted:
-                self._reserved += 1
-                self._count(nbytes)
+                self._reserved += n
+                self._count(nbytes, n)
             else:
                 self._outside += 1
             if self._waiters:
                 self._wake_first()  # the others need no room kept for this lane now
+            return n
 
     def release(self, lane: int) -> None:
-        """Give back lane ``lane``'s reservation: it made no item."""
+        """Give back what is left of lane ``lane``'s reservation: it made no more items."""
         with self._lock:
-            got = self._res.pop(lane, None)
-            if got is None or self._closed:
-                return  # close()/abort() forgot every reservation
-            nbytes, counted = got
-            if counted:
-                self._held -= 1
-                self._reserved -= 1
-                self._bytes -= nbytes
-                self._wake_first()
+            self._release(lane)
+
+    def _release(self, lane: int) -> None:
+        got = self._res.pop(lane, None)
+        if got is None or self._closed:
+            return  # close()/abort() forgot every reservation
+        nbytes, counted, n = got
+        if counted:
+            self._held -= n
+            self._reserved -= n
+            self._bytes -= nbytes * n
+            self._wake_first()
 
     def _key(self, lane: int, seq: int | None) -> Any:
         if self.order == "sequence":
@@ -322,36 +360,84 @@ class Window(Generic[T]):
         with self._lock:
             if self._closed:
                 raise BufferClosed("commit() on a closed window")
-            got = self._res.pop(lane, None)
-            if got is None:
-                raise RuntimeError(f"lane {lane} committed without a reservation")
-            nbytes, counted = got
-            if counted:
-                self._held -= 1
-                self._reserved -= 1
-                self._bytes -= nbytes
-            key = self._key(lane, seq)
-            slot = _Slot(item, size)
-            self._puts += 1
-            if (size > nbytes or not counted) and (self._waiters or not self._fits(size)):
-                if self.order != "first_ready":
-                    self._results[key] = slot  # visible to get(): the hand-off
-                    self._wake_consumer(key)
+            self._commit(lane, item, size, seq)
+
+    def commit_many(self, lane: int, items: list[T], sizes: list[int]) -> None:
+        """A chunk: lane ``lane``'s next ``len(items)`` items (``sizes`` bytes each), made
+        under one ``reserve(lane, nbytes, count)``, committed under one lock acquisition;
+        what is left of the reservation is given back (before the last item, which alone
+        may be larger than ``nbytes`` and then waits for room as ``commit`` does: at most
+        one item per lane outside the count). Not in sequence order (numbered items are
+        committed one by one).
+
+        Raises:
+            BufferClosed: the window is (or gets) closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise BufferClosed("commit_many() on a closed window")
+            got = self._res.get(lane)
+            m = len(items)
+            if got is None or not 0 < m <= got[2] or len(sizes) != m:
+                raise RuntimeError(
+                    f"lane {lane} committed {m} items, {len(sizes)} sizes, on a reservation "
+                    f"of {got[2] if got else 0}"
+                )
+            if self.order == "sequence":
+                raise RuntimeError("a sequence window takes numbered items one by one: commit()")
+            nbytes, counted, n = got
+            if any(size > nbytes for size in sizes[:-1]):
+                raise RuntimeError(
+                    f"lane {lane}: only the last item of a chunk may be larger than its "
+                    f"reservation ({nbytes} B): end a chunk at an item that outgrew it"
+                )
+            for i in range(m - 1):
+                self._commit(lane, items[i], sizes[i], None)
+            if n > m:  # what the chunk did not use, given back before the last item
+                self._res[lane] = (nbytes, counted, 1)
                 if counted:
-                    self._wake_first()  # its room may be what the first waiter needs
-                if not self._wait_for_room(size, slot=slot):
-                    return  # taken by get()
-            slot.admitted = True
-            self._results[key] = slot
-            if self.order == "first_ready":
-                self._arrivals.append(key)
-            self._count(size)
-            items = self._held - self._reserved
-            if items > self._peak_items:
-                self._peak_items = items
-            if self._waiters and (size < nbytes or not counted):
-                self._wake_first()  # a smaller result left room
-            self._wake_consumer(key)
+                    self._held -= n - m
+                    self._reserved -= n - m
+                    self._bytes -= nbytes * (n - m)
+                    self._wake_first()
+            self._commit(lane, items[-1], sizes[-1], None)
+
+    def _commit(self, lane: int, item: T, size: int, seq: int | None) -> None:
+        """``commit`` under the lock: the item takes one unit of the lane's reservation."""
+        got = self._res.get(lane)
+        if got is None:
+            raise RuntimeError(f"lane {lane} committed without a reservation")
+        nbytes, counted, n = got
+        if n > 1:
+            self._res[lane] = (nbytes, counted, n - 1)
+        else:
+            del self._res[lane]
+        if counted:
+            self._held -= 1
+            self._reserved -= 1
+            self._bytes -= nbytes
+        key = self._key(lane, seq)
+        slot = _Slot(item, size)
+        self._puts += 1
+        if (size > nbytes or not counted) and (self._waiters or not self._fits(size)):
+            if self.order != "first_ready":
+                self._results[key] = slot  # visible to get(): the hand-off
+                self._wake_consumer(key)
+            if counted:
+                self._wake_first()  # its room may be what the first waiter needs
+            if not self._wait_for_room(size, slot=slot):
+                return  # taken by get()
+        slot.admitted = True
+        self._results[key] = slot
+        if self.order == "first_ready":
+            self._arrivals.append(key)
+        self._count(size)
+        items = self._held - self._reserved
+        if items > self._peak_items:
+            self._peak_items = items
+        if self._waiters and (size < nbytes or not counted):
+            self._wake_first()  # a smaller result left room
+        self._wake_consumer(key)
 
     def _wake_consumer(self, key: Any) -> None:
         """Wake ``get`` if it waits for this item (any item, in first-ready order)."""
@@ -399,7 +485,25 @@ class Window(Generic[T]):
             BufferClosed: every lane finished and everything was delivered, or closed.
             the error given to ``abort``.
         """
+        return self.get_many(1)[0]
+
+    def get_many(self, most: int) -> list[T]:
+        """The next item in this window's order (waiting for it as ``get`` does), then
+        the ones after it that are ready now, up to ``most`` in all, under one lock
+        acquisition. The items after the first are *lent*: still counted (items and
+        bytes) until the next ``get``/``get_many``, when the consumer has passed them on,
+        so the bound holds for what the consumer holds too.
+
+        Raises: as ``get``.
+        """
         with self._lock:
+            if self._lent_items:
+                self._held -= self._lent_items
+                self._bytes -= self._lent_bytes
+                self._lent_items = self._lent_bytes = 0
+                if self._observer is not None:
+                    self._observer(self)
+                self._wake_first()
             t0 = None
             try:
                 while True:
@@ -429,27 +533,42 @@ class Window(Generic[T]):
                 self._get_waiting = False
                 if t0 is not None:
                     self._get_wait_s += time.monotonic() - t0
-            del self._results[key]
-            if self.order == "sequence":
-                self._next += 1
-            elif self.order == "round_robin":
-                self._taken[key[0]] += 1
-                self._cursor += 1
-            else:
-                self._arrivals.popleft()
-            self._gets += 1
-            if slot.admitted:
-                self._held -= 1
-                self._bytes -= slot.size
-                if self._observer is not None:
-                    self._observer(self)
-                self._wake_first()
-            else:  # waiting outside the count: handed over, its thread goes on
-                slot.taken = True
-                assert slot.token is not None
-                slot.token.notify()
-                self._wake_first()  # the head moved on
-            return slot.item
+            out = [self._take(key, slot, False)]
+            while len(out) < most:
+                key = self._head()
+                slot = self._results.get(key) if key is not None and key is not _ENDED else None
+                if slot is None or not (slot.admitted or slot.token is not None):
+                    break
+                out.append(self._take(key, slot, True))
+            return out
+
+    def _take(self, key: Any, slot: _Slot, lend: bool) -> T:
+        """Remove the head ``key`` (its ``slot``) for the consumer (under the lock)."""
+        del self._results[key]
+        if self.order == "sequence":
+            self._next += 1
+        elif self.order == "round_robin":
+            self._taken[key[0]] += 1
+            self._cursor += 1
+        else:
+            self._arrivals.popleft()
+        self._gets += 1
+        if slot.admitted:
+            if lend:  # counted until the consumer's next get
+                self._lent_items += 1
+                self._lent_bytes += slot.size
+                return slot.item
+            self._held -= 1
+            self._bytes -= slot.size
+            if self._observer is not None:
+                self._observer(self)
+            self._wake_first()
+        else:  # waiting outside the count: handed over, its thread goes on
+            slot.taken = True
+            assert slot.token is not None
+            slot.token.notify()
+            self._wake_first()  # the head moved on
+        return slot.item
 
     def __iter__(self) -> Iterator[T]:
         """Items until every lane finished and all was delivered (or closed)."""
@@ -479,6 +598,7 @@ class Window(Generic[T]):
         self._arrivals.clear()
         self._res.clear()
         self._held = self._reserved = self._bytes = 0
+        self._lent_items = self._lent_bytes = 0
         for token in self._waiters:
             token.notify()
         self._arrived.notify_all()
@@ -494,7 +614,8 @@ class Window(Generic[T]):
             return self._held, self._bytes
 
     def stats(self) -> BufferStats:
-        """``items``: admitted results; ``bytes``: theirs plus counted reservations;
+        """``items``: admitted results (lent ones included, see ``get_many``); ``bytes``:
+        theirs plus counted reservations;
         ``outside``: reservations granted outside the count (round robin's awaited lane)."""
         with self._lock:
             return BufferStats(

@@ -100,6 +100,7 @@ case = st.fixed_dictionaries(
         "consumer_delay": st.sampled_from([0.0, 0.0005, 0.002]),
         "start": st.integers(0, 3),
         "seed": st.integers(0, 1000),
+        "chunk": st.sampled_from([1, 1, 3, 16]),  # items per hand-off (not in sequence order)
     }
 )
 
@@ -189,6 +190,7 @@ def test_bounds_order_and_no_hang(c) -> None:
         numbered=numbered,
         sizeof=lambda item: sizes[item],
         name="test",
+        chunk=1 if numbered else c.get("chunk", 1),
     )
     got = run(runner)
     every = sorted(sizes)
@@ -380,3 +382,100 @@ def test_a_sharded_buffer_speaks_the_window_protocol_within_its_slices() -> None
     assert got == [(t, i, s) for i, s in enumerate((10, 45, 5)) for t in range(2)]
     lanes = buf.stats().lanes
     assert all(ln.peak_bytes <= ln.max_bytes for ln in lanes), lanes
+
+
+# -- chunks: one reservation, one commit and one get for a run of items -------------------
+
+
+class _ChunkSpy:
+    """Counts the items of each ``commit_many`` (chunks really formed, or a test of them
+    proves nothing)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sizes: list[int] = []
+        real = Window.commit_many
+
+        def spy(w: Window, lane: int, items: list, sizes: list[int]) -> None:
+            self.sizes.append(len(items))
+            real(w, lane, items, sizes)
+
+        monkeypatch.setattr(Window, "commit_many", spy)
+
+
+@pytest.mark.parametrize("sizes", ["equal", "uneven"])
+def test_chunks_fill_the_byte_bound_and_never_pass_it(
+    sizes: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three lanes making items in microseconds hand them over in chunks to a slow
+    consumer: each chunk's items are counted one by one, so the pool fills to within one
+    item of ``max_bytes`` (here >= 90%) and never passes it, in round-robin order."""
+    spy = _ChunkSpy(monkeypatch)
+    rng = random.Random(7)
+    lengths = [60, 60, 60]
+    size = {
+        (t, i): 1000 if sizes == "equal" else rng.randrange(500, 1001)
+        for t in range(3)
+        for i in range(60)
+    }
+    check = Checker()
+    window: Window = Window(lanes=3, max_items=64, max_bytes=10_500, order="round_robin")
+    window._observer = check
+    runner = LaneRunner(
+        [lambda t=t: iter([(t, i) for i in range(lengths[t])]) for t in range(3)],
+        window=window,
+        sizeof=lambda item: size[item],
+        name="chunks",
+        chunk=16,
+    )
+    consume_delay[0] = 0.004  # a slow consumer: the lanes run ahead until the bound holds them
+    try:
+        got = run(runner, deadline_s=30)
+    finally:
+        consume_delay[0] = 0.0
+    assert got == round_robin_reference(lengths, 0)
+    assert check.violations == []
+    stats = window.stats()
+    assert 0.9 * 10_500 <= stats.peak_bytes <= 10_500, stats
+    assert stats.oversize == 0 and stats.outside == 0
+    assert max(spy.sizes) > 1, spy.sizes  # chunks formed
+
+
+def test_a_chunk_leaves_room_for_the_items_delivered_before_its_last() -> None:
+    """Round robin over 2 lanes with room for 8: lane 0 asking for 8 at once gets 4 (its
+    4th is delivered after lane 1's first 3, which it must leave room for)."""
+    w: Window = Window(lanes=2, max_items=8, max_bytes=10_000, order="round_robin")
+    assert w.reserve(0, 10, 8) == 4
+    assert w.held() == (4, 40)
+    assert w.reserve(1, 10, 8) == 4  # nothing owed before lane 1's 4th but lane 0's, reserved
+    w.close()
+
+
+def test_get_many_lends_what_it_took_until_the_next_get() -> None:
+    """A chunk's unused room is given back at commit; the items ``get_many`` returns after
+    the first stay counted until the consumer's next get (it still holds them)."""
+    w: Window = Window(lanes=1, max_items=4, max_bytes=1000, order="round_robin")
+    assert w.reserve(0, 100, 4) == 4
+    w.commit_many(0, ["a", "b", "c"], [100, 90, 80])
+    assert w.held() == (3, 270)  # the 4th unit given back
+    assert w.get_many(4) == ["a", "b", "c"]
+    assert w.held() == (2, 170)  # "b" and "c" lent
+    assert w.reserve(0, 100, 4) == 2  # room for 2 more, not 4
+    w.release(0)
+    w.finish(0)
+    with pytest.raises(BufferClosed):
+        w.get_many(4)
+    assert w.held() == (0, 0)  # the lent items came back with the next get
+
+
+def test_only_the_last_item_of_a_chunk_may_outgrow_its_room() -> None:
+    w: Window = Window(lanes=1, max_items=8, max_bytes=1000, order="first_ready")
+    assert w.reserve(0, 100, 3) == 3
+    with pytest.raises(RuntimeError, match="only the last item"):
+        w.commit_many(0, ["a", "b"], [150, 10])
+    w.commit_many(0, ["a", "b"], [10, 150])  # the last one waits for room at its size
+    assert w.held() == (2, 160)
+    with pytest.raises(RuntimeError, match="sequence"):
+        seq: Window = Window(lanes=1, max_items=8, max_bytes=1000, order="sequence")
+        seq.reserve(0, 10, 2)
+        seq.commit_many(0, ["x"], [1])
+    w.close()

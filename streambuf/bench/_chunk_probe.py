@@ -1,11 +1,12 @@
-"""Would chunks and runs pay? The two per-sample remedies of issue 25 measured on the real
-mechanisms before building them into the lanes and the ledger.
+"""Do chunks and runs pay? The two per-sample remedies of issue 25 measured on the real
+mechanisms: the lanes' chunked hand-off (built) and the ledger (runs: not built).
 
 * **Hand-off in chunks**: local tar shards parsed by ``iter_tar_records`` on lane threads
   of the one ``LaneRunner`` into a round-robin ``Window`` (the path of ``shards()`` on
-  threads), each lane handing over one sample at a time or lists of ``C`` consecutive
-  samples (one reserve, commit and get per chunk, the bytes summed); beside them, the
-  same readers driven in the consumer's thread (the inline path).
+  threads), each lane handing over one sample at a time or chunks of up to ``C``
+  (``LaneRunner(chunk=C)``: one reservation, ``commit_many`` and ``get_many`` per run of
+  samples, each counted at its size); beside them, the same readers driven in the
+  consumer's thread (the inline path).
 * **Positions as runs**: the ``Ledger``'s bookkeeping per sample (a ``Rec``, its entry
   issued under the lock, settled by a batch of 32), the most a run-length ledger could
   save.
@@ -44,41 +45,19 @@ def _records(urls: list[str]) -> Iterator[Any]:
                 yield sample
 
 
-def _chunked(urls: list[str], chunk: int) -> Iterator[Any]:
-    out: list[Any] = []
-    for sample in _records(urls):
-        out.append(sample)
-        if len(out) == chunk:
-            yield out
-            out = []
-    if out:
-        yield out
-
-
-def _chunk_bytes(chunk: list[Any]) -> int:
-    return sum(nbytes(x) for x in chunk)
-
-
 def _threaded(urls: list[str], lanes: int, chunk: int) -> Callable[[], int]:
-    """Shard ``i`` on lane ``i % lanes``, chunks of ``chunk`` samples (1: one by one)."""
+    """Shard ``i`` on lane ``i % lanes``, handed over in chunks of up to ``chunk`` samples
+    (``LaneRunner(chunk=)``, as ``shards()`` lanes do; 1: one by one)."""
     mine = [urls[t::lanes] for t in range(lanes)]
 
     def run() -> int:
         window: Window[Any] = Window(
-            lanes=lanes, max_items=max(64 // chunk, lanes), max_bytes=256 << 20, order="round_robin"
+            lanes=lanes, max_items=max(64, lanes), max_bytes=256 << 20, order="round_robin"
         )
-        works: list[Callable[[], Iterator[Any]]] = [
-            functools.partial(_records, u) if chunk == 1 else functools.partial(_chunked, u, chunk)
-            for u in mine
-        ]
-        sizeof: Callable[[Any], int] = nbytes if chunk == 1 else _chunk_bytes
+        works: list[Callable[[], Iterator[Any]]] = [functools.partial(_records, u) for u in mine]
         n = 0
-        for got in LaneRunner(works, window=window, name="probe", sizeof=sizeof):
-            if chunk == 1:
-                n += 1
-            else:
-                for _ in got:  # the consumer still sees one sample at a time
-                    n += 1
+        for _ in LaneRunner(works, window=window, name="probe", sizeof=nbytes, chunk=chunk):
+            n += 1
         return n
 
     return run

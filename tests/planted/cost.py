@@ -122,3 +122,50 @@ MUTANTS += [
         "tests/test_collate.py::test_equals_default_collate",
     ),
 ]
+WINDOW = "tests/test_window.py"
+MUTANTS += [
+    _m(
+        "chunks: a chunk's reservation counts its bytes once, not once per item",
+        "streambuf/window.py",
+        "        self._bytes += nbytes * n\n",
+        "        self._bytes += nbytes\n",
+        f"{WINDOW}::test_chunks_fill_the_byte_bound_and_never_pass_it",
+        f"{WINDOW}::test_get_many_lends_what_it_took_until_the_next_get",
+    ),
+    _m(
+        "chunks: a chunk takes the room owed to items delivered before its first only",
+        "streambuf/window.py",
+        "            extra = self._ahead(lane, n) if",
+        "            extra = self._ahead(lane) if",
+        f"{WINDOW}::test_a_chunk_leaves_room_for_the_items_delivered_before_its_last",
+    ),
+    _m(
+        "chunks: get_many stops counting the items it lent at once",
+        "streambuf/window.py",
+        "            if lend:  # counted until the consumer's next get",
+        "            if False:  # counted until the consumer's next get",
+        f"{WINDOW}::test_get_many_lends_what_it_took_until_the_next_get",
+    ),
+    _m(
+        "chunks: a lane's samples made in a chunk when its reader stops are never handed over",
+        "streambuf/_lanes.py",
+        "            if not items:\n                win.release(lane)",
+        "            if not items or ended:\n                win.release(lane)",
+        f"{ADAPTIVE}::test_switching_keeps_round_robin_order",
+        f"{WINDOW}::test_chunks_fill_the_byte_bound_and_never_pass_it",
+    ),
+    _m(
+        "chunks: a chunk is handed over only when full (a paced stream waits for 16 samples)",
+        "streambuf/_lanes.py",
+        "time.perf_counter() - t0 > FLUSH_S",
+        "time.perf_counter() - t0 > 1e9",
+        "tests/sources/test_lanes.py::test_chunks_never_hold_a_paced_stream_back",
+    ),
+    _m(
+        "chunks: shard lanes never hand over more than one sample at a time",
+        "streambuf/_source.py",
+        "            chunk=CHUNK if self.order",
+        "            chunk=1 if self.order",
+        "tests/sources/test_lanes.py::test_shard_lanes_hand_over_chunks",
+    ),
+]

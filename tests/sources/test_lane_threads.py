@@ -277,9 +277,9 @@ def test_a_new_phase_reserves_the_known_sample_size(
     asked: list[int] = []
     reserve = Window.reserve
 
-    def spy(self: Window[Any], lane: int, nbytes: int) -> None:
+    def spy(self: Window[Any], lane: int, nbytes: int, count: int = 1) -> int:
         asked.append(nbytes)
-        reserve(self, lane, nbytes)
+        return reserve(self, lane, nbytes, count)
 
     monkeypatch.setattr(Window, "reserve", spy)
     with changing_threads([2, 3], every=4):

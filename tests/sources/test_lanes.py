@@ -241,3 +241,54 @@ def test_local_shards_are_not_read_ahead(
     del started[:]
     assert len(list(stream_shards(remote, **opts, **cache))) == n  # epoch 2: entries
     assert started == []
+
+
+@pytest.mark.serial
+def test_chunks_never_hold_a_paced_stream_back(
+    http_server: FaultyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lanes hand samples over in chunks only while they come in microseconds: a chunk is
+    handed over ``FLUSH_S`` after its first sample began. On a paced stream (each request
+    waits 50 ms, then the body comes 2 KiB every 20 ms: about a sample each) every
+    sample arrives within one request time plus 50 ms of when it arrives one by one."""
+    from streambuf import _source
+
+    http_server.latency_s = 0.05
+    http_server.trickle = (2048, 0.02)
+    urls = urls_of(http_server, 2)
+
+    def arrivals(chunk: int) -> list[float]:
+        monkeypatch.setattr(_source, "CHUNK", chunk)
+        t0 = time.monotonic()
+        out = []
+        for _ in stream_shards(urls, lanes=2, adaptive=False, **FAST):
+            out.append(time.monotonic() - t0)
+        return out
+
+    one_by_one = arrivals(1)
+    chunked = arrivals(16)
+    assert len(chunked) == len(one_by_one) == 40
+    late = max(c - o for c, o in zip(chunked, one_by_one))
+    assert late <= 0.05 + 0.05, (late, chunked, one_by_one)
+
+
+def test_shard_lanes_hand_over_chunks(shard_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples read in microseconds (local shards on lane threads) go to the consumer in
+    chunks (one ``commit_many`` for several), in the same round-robin order as one by
+    one."""
+    from streambuf.window import Window
+
+    chunks: list[int] = []
+    real = Window.commit_many
+
+    def spy(w: Window[Any], lane: int, items: list[Any], sizes: list[int]) -> None:
+        chunks.append(len(items))
+        real(w, lane, items, sizes)
+
+    monkeypatch.setattr(Window, "commit_many", spy)
+    urls = expand_urls(str(shard_dir / "*.tar"))
+    keys = [s["__key__"] for s in stream_shards(urls, lanes=2, adaptive=False)]
+    lane0 = [f"s000/{i:05d}" for i in range(20)] + [f"s002/{i:05d}" for i in range(20)]
+    lane1 = [f"s001/{i:05d}" for i in range(20)] + [f"s003/{i:05d}" for i in range(20)]
+    assert keys == [k for pair in zip(lane0, lane1) for k in pair]
+    assert sum(chunks) == 80 and max(chunks) > 1, chunks
