@@ -30,7 +30,11 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   never makes a later item while one of its lanes owes an earlier one (the window's
   room rules stay deadlock-free), and the order (the window's, by lane) does not depend
   on ``m``.
-* **Chunks** (``chunk=k``: the shard lanes of ``SourceRun``): a lane reserves room for
+* **Chunks** (``chunk=k``: the shard lanes of ``SourceRun``; a thread driving one lane
+  only: one driving several makes one item of each in turn, as above, since a chunk
+  would make later items of one lane while another owes an earlier one, and its last
+  item, waiting for room, could keep the thread from the one the consumer waits on):
+  a lane reserves room for
   up to ``k`` items at once and hands over, in one ``commit_many``, what it made until
   the reservation is full, ``FLUSH_S`` passed since the chunk began (a lane that waits
   on a request or a decode hands each item over as soon as it is made), an item
@@ -200,8 +204,6 @@ class LaneRunner(Generic[T]):
     def _step(self, lane: int, it: Iterator[Any]) -> bool:
         """Make lane ``lane``'s next item and commit it; False when the lane ended (its
         iterator is exhausted, or its gate said so)."""
-        if self._chunk > 1:
-            return self._step_chunk(lane, it)
         win = self.window
         gate = self._gate
         while True:
@@ -240,7 +242,7 @@ class LaneRunner(Generic[T]):
         while True:
             if gate is not None and not gate(lane):
                 return False
-            estimate = self._largest if self._largest >= 0 else win.share(lane)
+            estimate = win.share(lane) if self._largest < 0 else self._largest
             room = win.reserve(lane, estimate, self._want[lane])
             items: list[Any] = []
             sizes: list[int] = []
@@ -248,13 +250,13 @@ class LaneRunner(Generic[T]):
             t0 = time.perf_counter()
             try:
                 while len(items) < room:
-                    got = next(it)
-                    if got is AGAIN:
+                    made = next(it)
+                    if made is AGAIN:
                         break
-                    size = check_size(self._sizeof(got))
+                    size = check_size(self._sizeof(made))
                     if size > self._largest:
                         self._largest = size
-                    items.append(got)
+                    items.append(made)
                     sizes.append(size)
                     if size > estimate or time.perf_counter() - t0 > FLUSH_S:
                         break
@@ -263,11 +265,11 @@ class LaneRunner(Generic[T]):
             except BaseException:
                 win.release(lane)
                 raise
-            made = len(items)
-            if made == room:  # (room may be less than wanted: the window was full)
+            n = len(items)
+            if n == room:  # (room may be less than wanted: the window was full)
                 self._want[lane] = min(self._chunk, max(self._want[lane], 2 * room))
             elif not ended:
-                self._want[lane] = max(1, made)
+                self._want[lane] = max(1, n)
             if not items:
                 win.release(lane)
                 if ended:
@@ -286,7 +288,8 @@ class LaneRunner(Generic[T]):
         try:
             if len(live) == 1:  # one lane per thread (the usual case): no turns to take
                 it = its[lane] = self._works[lane]()
-                while self._step(lane, it):
+                step = self._step_chunk if self._chunk > 1 else self._step
+                while step(lane, it):
                     pass
                 live.clear()
                 self._end(lane, its.pop(lane))

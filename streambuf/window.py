@@ -221,14 +221,18 @@ class Window(Generic[T]):
         admitted: as many as fit with the room the others are owed (round robin: the
         items delivered before its last one), so a chunk never takes the room of an item
         delivered sooner."""
-        for n in range(count, 1, -1):
+        lo, hi = 1, count  # n = lo fits; the most that fit, by bisection (it is monotone)
+        while lo < hi:
+            n = (lo + hi + 1) // 2
             extra = self._ahead(lane, n) if self.order == "round_robin" else 0
             if (
                 self._held + n + extra <= self.max_items
                 and self._bytes + nbytes * (n + extra) <= self.max_bytes
             ):
-                return n
-        return 1
+                lo = n
+            else:
+                hi = n - 1
+        return lo
 
     def _admits(self, lane: int, nbytes: int, first: bool) -> bool:
         """May ``lane`` reserve ``nbytes`` now (``first``: no waiter is ahead of it)?

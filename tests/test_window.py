@@ -101,6 +101,7 @@ case = st.fixed_dictionaries(
         "start": st.integers(0, 3),
         "seed": st.integers(0, 1000),
         "chunk": st.sampled_from([1, 1, 3, 16]),  # items per hand-off (not in sequence order)
+        "threads": st.sampled_from([None, None, 1, 2]),  # round robin: threads over lanes
     }
 )
 
@@ -191,6 +192,8 @@ def test_bounds_order_and_no_hang(c) -> None:
         sizeof=lambda item: sizes[item],
         name="test",
         chunk=1 if numbered else c.get("chunk", 1),
+        threads=c.get("threads") if c["order"] == "round_robin" else None,
+        first_lane=c["start"] % lanes,  # threads take their lanes in delivery order
     )
     got = run(runner)
     every = sorted(sizes)
@@ -479,3 +482,28 @@ def test_only_the_last_item_of_a_chunk_may_outgrow_its_room() -> None:
         seq.reserve(0, 10, 2)
         seq.commit_many(0, ["x"], [1])
     w.close()
+
+
+def test_a_thread_driving_several_lanes_hands_over_one_item_of_each_in_turn() -> None:
+    """One thread over two lanes makes one item of each in turn, chunked or not: a chunk
+    of lane 0 would make its later items while lane 1 owes an earlier one, and when the
+    chunk's last item outgrew its room (here the 5th, 450 of 500 bytes) it would wait in
+    that thread for room that only the consumer frees, while the consumer waits for
+    lane 1's item that thread never makes (a hang)."""
+
+    def lane(t: int) -> Iterator:
+        yield from ((t, i) for i in range(20))
+
+    window: Window = Window(lanes=2, max_items=64, max_bytes=500, order="round_robin")
+    window._observer = check = Checker()
+    runner = LaneRunner(
+        [lambda t=t: lane(t) for t in range(2)],
+        window=window,
+        sizeof=lambda x: 450 if x == (0, 4) else 100,
+        name="group",
+        threads=1,
+        chunk=16,
+        largest=100,
+    )
+    assert run(runner, deadline_s=10) == round_robin_reference([20, 20], 0)
+    assert check.violations == []

@@ -169,3 +169,13 @@ MUTANTS += [
         "tests/sources/test_lanes.py::test_shard_lanes_hand_over_chunks",
     ),
 ]
+MUTANTS += [
+    _m(
+        "chunks: a thread driving several lanes makes a chunk of each in turn (a hang)",
+        "streambuf/_lanes.py",
+        "                    if not self._step(lane, its[lane]):",
+        "                    if not (self._step_chunk if self._chunk > 1 else self._step)(\n"
+        "                        lane, its[lane]\n                    ):",
+        f"{WINDOW}::test_a_thread_driving_several_lanes_hands_over_one_item_of_each_in_turn",
+    ),
+]
