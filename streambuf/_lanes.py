@@ -17,8 +17,9 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   ``"first_ready"`` (arrival order).
 * **Errors.** An exception in a work iterator aborts the window: the consumer gets the
   same object, with a note naming the stage, lane and thread; held items are dropped.
-* **Pauses**: a work iterator that yields ``AGAIN`` has no item now; its lane gives
-  the reservation back and asks its gate again (where a paused lane waits).
+* **Pauses**: a work iterator that yields ``AGAIN`` has no item now (paused, or its
+  next item may wait); its lane hands over its chunk, gives the reservation back and
+  asks its gate again (where a paused lane waits).
 * **Lanes on demand** (``threads="auto"``): ``start(k)`` starts lanes up to ``k`` (the
   others wait unstarted: the window counts them as running), ``gate(t)`` is asked before
   each reservation (a lane above the wanted count parks there, holding nothing; False
@@ -83,9 +84,10 @@ ITEMS_PER_THREAD = 2
 # long, plus the next item's read).
 FLUSH_S = 0.01
 
-# A work iterator yields AGAIN when it has no item now (its stage paused the lanes): the
-# lane gives its reservation back and asks its gate again (it parks there, holding
-# nothing: a paused lane must not keep room the consumer's drain needs).
+# A work iterator yields AGAIN when it has no item now (its stage paused the lanes, or
+# its next item may wait: a shard's end, before the next one's open): the lane hands
+# over the chunk it holds, gives its reservation back and asks its gate again (it parks
+# there, holding nothing: a paused lane must not keep room the consumer's drain needs).
 AGAIN: Any = object()
 
 log = logging.getLogger("streambuf")

@@ -59,7 +59,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from ._inline import InlineChooser
-from ._lanes import LaneRunner
+from ._lanes import AGAIN, LaneRunner
 from ._ledger import Ledger, Rec
 from ._tuner import ThreadTuner, room_for
 from ._units import check_count_or_auto
@@ -216,7 +216,11 @@ class SourceRun:
         )
         prepare = getattr(self.access, "prepare", None) if self.order == "round_robin" else None
         nxt = next(todo, None)
+        first = True
         while nxt is not None:
+            if not first:  # the next shard's open may wait (a request): a lane thread
+                yield AGAIN  # hands over the chunk it holds first (nothing for inline)
+            first = False
             (i, index, hint), nxt = nxt, next(todo, None)
             shard = self.shard_ids[i]
             self._reading[lane] = shard
@@ -338,6 +342,8 @@ class SourceRun:
                 lane = (lane + 1) % k
             try:
                 item = next(self._gens[lane])
+                while item is AGAIN:
+                    item = next(self._gens[lane])
             except StopIteration:
                 self._done[lane] = True
                 self._next_lane = (lane + 1) % k
@@ -464,6 +470,11 @@ class SourceRun:
                 with gate:
                     self._driving[lane] = False
                 raise
+            if item is AGAIN:  # (a shard's end: not an item)
+                with gate:
+                    self._driving[lane] = False
+                yield item
+                continue
             with gate:  # counted with the same lock the stop point is computed under
                 self._driving[lane] = False
                 self._made[lane] += 1

@@ -168,6 +168,20 @@ MUTANTS += [
         "            chunk=1 if self.order",
         "tests/sources/test_lanes.py::test_shard_lanes_hand_over_chunks",
     ),
+    _m(
+        "chunks: a lane holds its chunk across its next shard's open (a request late)",
+        "streambuf/_source.py",
+        "                yield AGAIN  # hands over",
+        "                pass  # hands over",
+        "tests/sources/test_lanes.py::test_a_chunk_is_handed_over_before_the_next_shard_opens",
+    ),
+    _m(
+        "chunks: a lane counts a shard's end as an item made (phases stop off the round)",
+        "streambuf/_source.py",
+        "            if item is AGAIN:  # (a shard's end: not an item)",
+        "            if item is AGAIN and lane < 0:  # (a shard's end: not an item)",
+        f"{ADAPTIVE}::test_switching_keeps_the_order_where_lanes_end_shards_at_different_counts",
+    ),
 ]
 MUTANTS += [
     _m(

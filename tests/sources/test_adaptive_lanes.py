@@ -21,7 +21,7 @@ from streambuf.io import expand_urls
 from streambuf.sources import stream_shards
 from streambuf.testing import check_resume
 
-from .helpers import expected_keys, make_shards, switching_lanes
+from .helpers import expected_keys, make_samples, make_shards, switching_lanes, write_tar
 from .httpserver import FaultyServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -52,6 +52,24 @@ def test_switching_keeps_round_robin_order(shard_urls: list[str]) -> None:
         assert keys == ref  # the same order, nothing lost or repeated
         assert run.chooser.switches >= 6, run.chooser.switches  # it really switched
         assert 0 < run.inline_items < len(ref)  # both modes delivered
+
+
+def test_switching_keeps_the_order_where_lanes_end_shards_at_different_counts(
+    tmp_path: Path,
+) -> None:
+    """Short and long shards: the lanes end shards at different item counts, so a
+    phase's stop point must count items only (not a lane's shard ends)."""
+    sizes = [2, 11, 5, 3, 17, 1, 7, 13, 4, 6, 2, 9]
+    urls = [
+        str(write_tar(tmp_path / f"shard-{s:06d}.tar", make_samples(s, n, payload=200)))
+        for s, n in enumerate(sizes)
+    ]
+    ref = [s["__key__"] for s in stream_shards(urls, lanes=3, max_items=8, adaptive=False)]
+    assert len(ref) == sum(sizes)
+    for _ in range(3):
+        keys, run = keys_of(urls, chooser=switchy())
+        assert keys == ref
+        assert run.chooser.switches >= 6, run.chooser.switches
 
 
 def test_switching_first_ready_delivers_each_sample_once(shard_urls: list[str]) -> None:

@@ -272,6 +272,36 @@ def test_chunks_never_hold_a_paced_stream_back(
     assert late <= 0.05 + 0.05, (late, chunked, one_by_one)
 
 
+@pytest.mark.serial
+def test_a_chunk_is_handed_over_before_the_next_shard_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane's samples come in microseconds within a shard, and its next shard's open
+    waits for a request (50 ms, no readahead): the lane hands the chunk it holds over
+    before it opens the next shard, so no sample waits for another shard's request (it
+    did: every sample of a 3-sample shard arrived a request later than one by one)."""
+    from streambuf import _source
+
+    paths = make_shards(tmp_path / "s", 8, 3)
+    with FaultyServer(tmp_path / "s") as srv:
+        srv.latency_s = 0.05
+        urls = [srv.url(p.name) for p in paths]
+
+        def arrivals(chunk: int) -> list[float]:
+            monkeypatch.setattr(_source, "CHUNK", chunk)
+            t0 = time.monotonic()
+            out = []
+            for _ in stream_shards(urls, lanes=2, adaptive=False, readahead_bytes=0, **FAST):
+                out.append(time.monotonic() - t0)
+            return out
+
+        one_by_one = arrivals(1)
+        chunked = arrivals(16)
+    assert len(chunked) == len(one_by_one) == 24
+    late = max(c - o for c, o in zip(chunked, one_by_one))
+    assert late <= 0.025, (late, chunked, one_by_one)
+
+
 def test_shard_lanes_hand_over_chunks(shard_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Samples read in microseconds (local shards on lane threads) go to the consumer in
     chunks (one ``commit_many`` for several), in the same round-robin order as one by
