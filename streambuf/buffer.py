@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 from ._engine import Engine
@@ -48,6 +49,7 @@ __all__ = ["BoundedBuffer", "BufferStats", "Order", "ShardedBuffer"]
 
 T = TypeVar("T")
 Order = Literal["round_robin", "first_ready"]
+_item, _size = itemgetter(0), itemgetter(1)  # of a queued (item, size) pair
 
 
 class BoundedBuffer(Engine[T]):
@@ -138,18 +140,19 @@ class BoundedBuffer(Engine[T]):
             ``admitted`` attribute says how many.
         """
         batch = list(items)
-        exact, sizeof = self._exact, self._sizeof
-        sizes = [
-            sizer(x) if (sizer := exact.get(type(x))) is not None else check_size(sizeof(x))
-            for x in batch
-        ]
+        sizes = self._sizes(batch)
         total = len(batch)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         lane, waiters = self._lane0, self._pool_waiters
         done = 0
         with self._lock:
             if self._closed:
                 raise _admitted(BufferClosed("put_many() on a closed buffer"), 0)
+            if total and not waiters and self._items + self._reserved + total <= self._max_items:
+                added = sum(sizes)  # the usual case: the whole run fits now, at once
+                if self._bytes + added <= self._max_bytes:
+                    self._queue_run(batch, sizes, total, added, 0)
+                    return
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
             while done < total:
                 # the run that fits now, unless producers already wait (they go first)
                 n = self._items + self._reserved
@@ -185,16 +188,31 @@ class BoundedBuffer(Engine[T]):
                 self._admit_run(batch, sizes, done, end, over)
                 done = end
 
+    def _sizes(self, batch: list[Any]) -> list[int]:
+        """Each item's size, as ``put`` sizes it (one type with an exact sizer: mapped)."""
+        exact, sizeof = self._exact, self._sizeof
+        if batch and len(set(map(type, batch))) == 1:
+            sizer = exact.get(type(batch[0]))
+            if sizer is not None:
+                return list(map(sizer, batch))
+        return [
+            sizer(x) if (sizer := exact.get(type(x))) is not None else check_size(sizeof(x))
+            for x in batch
+        ]
+
     def _admit_run(
         self, batch: list[Any], sizes: list[int], start: int, end: int, over: int
     ) -> None:
         """Queue ``batch[start:end]``, which fits (lock held): the bounds are checked."""
         run = sizes[start:end]
-        added = sum(run)
-        self._q.extend(zip(batch[start:end], run))
+        self._queue_run(batch[start:end], run, end - start, sum(run), over)
+
+    def _queue_run(self, run: list[Any], sizes: list[int], k: int, added: int, over: int) -> None:
+        """Queue ``run`` (``k`` items of ``sizes``, ``added`` bytes in all, ``over`` of
+        them oversize), which fits (lock held): the bounds are checked."""
+        self._q.extend(zip(run, sizes))
         self._lane0.bytes += added
         held = self._bytes = self._bytes + added
-        k = end - start
         n = self._items = self._items + k
         self._puts += k
         if n > self._peak_items:
@@ -256,22 +274,23 @@ class BoundedBuffer(Engine[T]):
                 self._wait_for_item(timeout_s)
             q = self._q
             if max_items >= self._items:
-                pairs = list(q)
+                got = list(map(_item, q))
+                freed = sum(map(_size, q))
                 q.clear()
             else:
                 pop = q.popleft
                 pairs = [pop() for _ in range(max_items)]
-            got, sizes = zip(*pairs)
-            freed = sum(sizes)
+                got = list(map(_item, pairs))
+                freed = sum(map(_size, pairs))
             self._lane0.bytes -= freed
             self._bytes -= freed
-            self._items -= len(pairs)
-            self._gets += len(pairs)
+            self._items -= len(got)
+            self._gets += len(got)
             if self._observer is not None:
                 self._observer(self)
             if self._pool_waiters:
                 self._pool_waiters[0].wake()
-            return list(got)
+            return got
 
     def __iter__(self) -> Iterator[T]:
         """Yield items until the buffer is closed and drained."""

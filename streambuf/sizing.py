@@ -169,7 +169,7 @@ def _torch_size(obj: Any, seen: set[int]) -> int | None:
 def _one_tensor_size(obj: Any) -> int:
     """``_torch_size`` of a tensor sized alone (nothing seen yet), without the dispatch."""
     try:
-        return int(obj.untyped_storage().nbytes())
+        return obj.untyped_storage().nbytes()  # (an int already: no int() per item)
     except (RuntimeError, NotImplementedError):  # as in _torch_size
         return int(obj.element_size() * obj.nelement())
 

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+import streambuf as sb
 from streambuf import BoundedBuffer, BufferClosed, ShardedBuffer
 
 pytestmark = pytest.mark.timeout(30)
@@ -239,6 +240,25 @@ def test_bounds_are_exact_not_one_over(order):
         byte_buf.put(0, b"x", timeout_s=0.05)  # one byte over
 
 
+def test_bounded_buffer_reservations_hold_room_until_put_or_cancel():
+    """``reserve`` takes room before the item is built; ``put(reserved=)`` turns it into
+    the item (its real size counted), ``cancel`` gives it back."""
+    buf = BoundedBuffer(max_items=2, max_bytes=30, sizeof=len)
+    buf.reserve(20)
+    with pytest.raises(TimeoutError):
+        buf.put(b"x" * 11, timeout_s=0.05)  # 20 reserved + 11 > 30
+    buf.put(b"y" * 15, reserved=20)  # the reservation becomes a 15-byte item
+    s = buf.stats()
+    assert (s.items, s.bytes, s.puts) == (1, 15, 1)
+    buf.reserve(10)
+    with pytest.raises(TimeoutError):
+        buf.put(b"z", timeout_s=0.05)  # 1 item + 1 reservation: the count bound
+    buf.cancel(10)
+    buf.put(b"z" * 15, timeout_s=1)
+    assert buf.get_many(5) == [b"y" * 15, b"z" * 15]
+    assert buf.stats().bytes == 0
+
+
 def test_bounded_buffer_bounds_are_exact():
     buf = BoundedBuffer(max_items=3, max_bytes=30, sizeof=len)
     for _ in range(3):
@@ -290,6 +310,22 @@ def test_put_many_get_many_fifo_and_stats():
     assert buf.get_many(10) == [(3, 20)]
     s = buf.stats()
     assert (s.items, s.bytes, s.gets, s.peak_bytes) == (0, 0, 4, 50)
+
+
+def test_put_many_sizes_each_item_with_the_default_sizer():
+    """The default sizer's per-type fast path (a run of one type mapped at once) gives
+    each item its own size: ``put`` one by one and ``put_many`` count the same bytes."""
+    items = [b"x" * n for n in (1, 700, 30, 4096)] + [bytearray(9), "abc", 7, 2**200]
+    one, many = (
+        BoundedBuffer(max_items=20, max_bytes="1MiB"),
+        BoundedBuffer(max_items=20, max_bytes="1MiB"),
+    )
+    for x in items:
+        one.put(x)
+    many.put_many(items[:4])  # one type, sizes differ
+    many.put_many(items[4:])  # mixed types
+    assert many.stats().bytes == one.stats().bytes == sum(sb.nbytes(x) for x in items)
+    assert many.get_many(20) == items
 
 
 def test_get_many_respects_max_items():

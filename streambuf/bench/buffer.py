@@ -6,7 +6,9 @@ item: this measures how much. Measured in one run, interleaved (Queue, Buffer, Q
 Buffer, ...), medians quoted, for plain ints and for 4 KiB tensors, and for ints moved in
 runs (``ints_get_many``: the producer calls ``put_many`` with 64 items at a time, the
 consumer ``get_many(64)``; ``queue.Queue``, which has no batch calls, moves them one by
-one as in the ``ints`` row).
+one as in the ``ints`` row). With ``max_items=64`` a full buffer makes the two threads
+take turns, 64 items a turn: the run also measures one thread ping-pong (a wake and a
+wake back), which bounds ``get_many`` at 64 items per ping-pong whatever the buffer does.
 
     streambuf bench buffer [--quick] [--out DIR]
 """
@@ -95,6 +97,34 @@ def _run_buffer_many(items: list[Any], depth: int, chunk: int = 64) -> float:
     return n / dt
 
 
+def _ping_pong_us(rounds: int) -> float:
+    """Microseconds for one thread to wake another and be woken back (two lock hand-offs
+    and two thread switches): the least a run of ``put_many``/``get_many`` costs when a
+    full buffer makes producer and consumer take turns, whatever the items."""
+    from _thread import allocate_lock
+
+    a, b = allocate_lock(), allocate_lock()
+    a.acquire()
+    b.acquire()
+
+    def other() -> None:
+        for _ in range(rounds):
+            if not a.acquire(timeout=10):
+                return
+            b.release()
+
+    th = threading.Thread(target=other, daemon=True)
+    th.start()
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        a.release()
+        if not b.acquire(timeout=10):
+            raise RuntimeError("the ping-pong thread stopped answering")
+    dt = time.perf_counter() - t0
+    th.join(10)
+    return dt / rounds * 1e6
+
+
 def _measure(mode: str) -> dict[str, Any]:
     n_small = {"tiny": 5_000, "quick": 20_000, "full": 200_000}[mode]
     n_tensor = {"tiny": 1_280, "quick": 5_000, "full": 50_000}[mode]
@@ -120,6 +150,14 @@ def _measure(mode: str) -> dict[str, Any]:
             "buffer_median": b_med,
             "ratio": b_med / q_med,
         }
+    # a full buffer of 64 makes producer and consumer take turns: one ping-pong per run of
+    # 64 items at best, so ``get_many`` cannot pass 64 / ping-pong items/s on this machine
+    cycle = statistics.median(_ping_pong_us(n_small // 20) for _ in range(repeats))
+    ceiling = 64 / (cycle * 1e-6)
+    many = results["ints_get_many"]
+    many["ping_pong_us"] = cycle
+    many["ceiling_items_per_s"] = ceiling
+    many["ceiling_ratio"] = ceiling / many["queue_median"]
     return {"repeats": repeats, "results": results}
 
 
@@ -141,7 +179,13 @@ BENCHMARK = Benchmark(
             peer_name="queue.Queue(maxsize=64)",
             how=(
                 "one producer and one consumer thread; BoundedBuffer also sizes every item"
-                + ("; put_many/get_many, 64 at a time" if name.endswith("get_many") else "")
+                + (
+                    f"; put_many/get_many, 64 at a time (a thread ping-pong takes "
+                    f"{x['ping_pong_us']:.0f} us here: at most {x['ceiling_ratio']:.1f}x "
+                    "the queue with no work at all)"
+                    if name.endswith("get_many")
+                    else ""
+                )
             ),
         )
         for name, x in r["results"].items()
