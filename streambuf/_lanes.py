@@ -42,7 +42,9 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   outgrew the estimate, or its iterator paused or ended; the consumer takes runs with
   ``get_many``. A lane's chunk size doubles after a chunk that filled and falls to what
   it made after one that did not. Order, bounds and errors are as item by item (each
-  item counted at its own size).
+  item counted at its own size). The items a lane has made of its chunk are visible to
+  the window (``Window.hold``): a consumer that waited ``HOLD_POLL_S`` for them commits
+  them itself, so a lane whose next read stalls holds nothing back longer than that.
 * **Shutdown.** Leaving the loop (end, ``break``, an exception) or ``close()`` closes
   the window (every blocked reserve/commit wakes with ``BufferClosed``), calls
   ``on_close`` (e.g. to abort in-flight reads), and joins the threads within
@@ -234,11 +236,13 @@ class LaneRunner(Generic[T]):
 
     def _step_chunk(self, lane: int, it: Iterator[Any]) -> bool:
         """``_step`` for a chunk: room for up to ``_want[lane]`` items in one reservation,
-        items made until it is full, ``FLUSH_S`` passed since the chunk began, the
-        consumer waits on this lane, or an item outgrew the reservation; then one
-        ``commit_many``. The size doubles after a chunk that filled and falls back to
-        what was made after one that could not (a slow or awaited lane hands items over
-        one by one, as without chunks)."""
+        items made until it is full, ``FLUSH_S`` passed since the chunk began, an item
+        outgrew the reservation, or the iterator paused (``AGAIN``: a shard's end) or
+        ended; then one ``commit_many``. The items are made into lists the window holds
+        (``Window.hold``): a consumer that waited ``HOLD_POLL_S`` for them takes them
+        itself, so a read that stalls after an item does not hold it back. The size
+        doubles after a chunk that filled and falls back to what was made after one that
+        could not (a slow lane hands items over one by one, as without chunks)."""
         win: Any = self.window
         gate = self._gate
         while True:
@@ -248,6 +252,8 @@ class LaneRunner(Generic[T]):
             room = win.reserve(lane, estimate, self._want[lane])
             items: list[Any] = []
             sizes: list[int] = []
+            if room > 1:  # a consumer waiting for them takes them from here (a stall)
+                win.hold(lane, items, sizes)
             ended = False
             t0 = time.perf_counter()
             try:
@@ -258,8 +264,8 @@ class LaneRunner(Generic[T]):
                     size = check_size(self._sizeof(made))
                     if size > self._largest:
                         self._largest = size
+                    sizes.append(size)  # (before the item: ``Window.hold``)
                     items.append(made)
-                    sizes.append(size)
                     if size > estimate or time.perf_counter() - t0 > FLUSH_S:
                         break
             except StopIteration:

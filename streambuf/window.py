@@ -73,6 +73,11 @@ T = TypeVar("T")
 WindowOrder = Literal["sequence", "round_robin", "first_ready"]
 _ORDERS = ("sequence", "round_robin", "first_ready")
 _ENDED = object()
+# A consumer that waited this long on a lane holding a chunk (``hold``) takes what the
+# lane made of it, and looks again this often (the lane appends without the lock: nothing
+# wakes the consumer for it). A lane's own flush (``FLUSH_S`` after its chunk began, or a
+# full chunk) comes first where its reads do not stall: no extra hand-off then.
+HOLD_POLL_S = 0.01
 
 
 class LaneWindow(Protocol[T]):
@@ -136,6 +141,10 @@ class Window(Generic[T]):
         self._reserved = 0  # counted reservations
         self._bytes = 0  # their bytes
         self._res: dict[int, tuple[int, bool, int]] = {}  # lane -> (bytes each, counted, n)
+        # lane -> (items, sizes) its thread is making in a chunk (appended without the lock,
+        # sizes first) and how many of them get() took and committed already (``hold``)
+        self._holds: dict[int, tuple[list[Any], list[int]]] = {}
+        self._taken_early: dict[int, int] = {}
         self._res_waiting: dict[int, threading.Condition] = {}  # lane -> its reserve wait
         self._need: dict[threading.Condition, tuple[int, int]] = {}  # waiter -> bytes, lane
         self._results: dict[Any, _Slot] = {}
@@ -322,12 +331,47 @@ class Window(Generic[T]):
                 self._wake_first()  # the others need no room kept for this lane now
             return n
 
+    def hold(self, lane: int, items: list[Any], sizes: list[int]) -> None:
+        """Lane ``lane`` makes the items of its chunk (its current ``reserve``) into
+        ``items`` (each size appended to ``sizes`` before its item, by the lane's thread,
+        without the lock). A consumer that waited ``HOLD_POLL_S`` for the first of them
+        does not wait for the lane's ``commit_many``: it commits the ones made so far
+        itself (``_take_held``), so a lane whose next read stalls holds nothing back for
+        longer than that; ``commit_many`` then commits the rest. Ownership: the lists are the lane's; the window only reads them, and
+        only until ``commit_many``/``release``."""
+        with self._lock:
+            if lane in self._res:
+                self._holds[lane] = (items, sizes)
+                self._taken_early[lane] = 0
+
+    def _take_held(self, lane: int) -> bool:
+        """Commit what lane ``lane`` made of its chunk and nobody committed yet, up to
+        the first item larger than its room (lock held). True when any was committed."""
+        held = self._holds.get(lane)
+        got = self._res.get(lane)
+        if held is None or got is None or not got[1]:
+            return False  # (reserved outside the count: its items wait for room: the lane's)
+        items, sizes = held
+        nbytes = got[0]
+        done = start = self._taken_early[lane]
+        made = len(items)  # (each item's size was appended before it; made <= units)
+        while done < made and sizes[done] <= nbytes:
+            self._commit(lane, items[done], sizes[done], None)  # (fits: never waits)
+            done += 1
+        self._taken_early[lane] = done
+        return done > start
+
+    def _take_any_held(self) -> bool:
+        return any([self._take_held(lane) for lane in list(self._holds)])
+
     def release(self, lane: int) -> None:
         """Give back what is left of lane ``lane``'s reservation: it made no more items."""
         with self._lock:
             self._release(lane)
 
     def _release(self, lane: int) -> None:
+        self._holds.pop(lane, None)
+        self._taken_early.pop(lane, None)
         got = self._res.pop(lane, None)
         if got is None or self._closed:
             return  # close()/abort() forgot every reservation
@@ -380,6 +424,13 @@ class Window(Generic[T]):
         with self._lock:
             if self._closed:
                 raise BufferClosed("commit_many() on a closed window")
+            if self._holds.pop(lane, None) is not None:
+                early = self._taken_early.pop(lane)
+                if early:  # committed by a waiting consumer (``hold``): the rest only
+                    items, sizes = items[early:], sizes[early:]
+                    if not items:
+                        self._release(lane)
+                        return
             got = self._res.get(lane)
             m = len(items)
             if got is None or not 0 < m <= got[2] or len(sizes) != m:
@@ -530,6 +581,15 @@ class Window(Generic[T]):
                         token = self._res_waiting.get(key[0])
                         if token is not None:
                             token.notify()  # it may reserve outside the count now
+                    if self._holds:  # a lane holds a chunk: after HOLD_POLL_S, take
+                        # what it made of it (it may be stalled in its next read)
+                        if time.monotonic() - t0 >= HOLD_POLL_S:
+                            rr = self.order == "round_robin"
+                            if self._take_held(key[0]) if rr else self._take_any_held():
+                                continue
+                        self._get_waiting = True
+                        self._arrived.wait(HOLD_POLL_S)  # (it appends without the lock)
+                        continue
                     self._get_waiting = True
                     self._arrived.wait()
             finally:
@@ -601,6 +661,8 @@ class Window(Generic[T]):
         self._results.clear()
         self._arrivals.clear()
         self._res.clear()
+        self._holds.clear()
+        self._taken_early.clear()
         self._held = self._reserved = self._bytes = 0
         self._lent_items = self._lent_bytes = 0
         for token in self._waiters:

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import streambuf.window as window_mod
 from streambuf._lanes import LaneRunner
 from streambuf.errors import BufferClosed
 from streambuf.window import Window
@@ -102,6 +103,8 @@ case = st.fixed_dictionaries(
         "seed": st.integers(0, 1000),
         "chunk": st.sampled_from([1, 1, 3, 16]),  # items per hand-off (not in sequence order)
         "threads": st.sampled_from([None, None, 1, 2]),  # round robin: threads over lanes
+        # how soon a waiting consumer takes what a lane holds of its chunk (``hold``)
+        "poll": st.sampled_from([0.01, 0.0002]),
     }
 )
 
@@ -136,6 +139,42 @@ case = st.fixed_dictionaries(
         "consumer_delay": 0.0,
         "start": 0,
         "seed": 2,
+    }
+)
+@example(  # chunks whose lanes stall mid-chunk, a consumer quick to take what they hold
+    {
+        "order": "round_robin",
+        "lanes": 3,
+        "max_items": 40,
+        "max_bytes": 1000,
+        "lengths": [12, 12, 12, 0],
+        "big": 0.0,
+        "size": 5,
+        "delay": 0.004,
+        "consumer_delay": 0.0,
+        "start": 1,
+        "seed": 3,
+        "chunk": 16,
+        "threads": None,
+        "poll": 0.0002,
+    }
+)
+@example(  # the same in arrival order: the consumer takes from any lane that holds
+    {
+        "order": "first_ready",
+        "lanes": 3,
+        "max_items": 40,
+        "max_bytes": 1000,
+        "lengths": [12, 12, 12, 0],
+        "big": 0.0,
+        "size": 5,
+        "delay": 0.004,
+        "consumer_delay": 0.0,
+        "start": 0,
+        "seed": 3,
+        "chunk": 16,
+        "threads": None,
+        "poll": 0.0002,
     }
 )
 def test_bounds_order_and_no_hang(c) -> None:
@@ -195,7 +234,12 @@ def test_bounds_order_and_no_hang(c) -> None:
         threads=c.get("threads") if c["order"] == "round_robin" else None,
         first_lane=c["start"] % lanes,  # threads take their lanes in delivery order
     )
-    got = run(runner)
+    saved = window_mod.HOLD_POLL_S
+    window_mod.HOLD_POLL_S = c.get("poll", saved)
+    try:
+        got = run(runner)
+    finally:
+        window_mod.HOLD_POLL_S = saved
     every = sorted(sizes)
     if c["order"] == "round_robin":
         assert got == round_robin_reference(lengths, c["start"] % lanes)
@@ -482,6 +526,43 @@ def test_only_the_last_item_of_a_chunk_may_outgrow_its_room() -> None:
         seq.reserve(0, 10, 2)
         seq.commit_many(0, ["x"], [1])
     w.close()
+
+
+@pytest.mark.parametrize("order", ["round_robin", "first_ready"])
+def test_a_waiting_consumer_takes_what_a_stalled_lane_holds(order: str) -> None:
+    """A lane makes 41 items in microseconds (its chunk grows to 16), then its next read
+    stalls for a second: the consumer, waiting for an item the lane holds in its chunk,
+    takes the items made so far itself (``Window.hold``) instead of waiting for the
+    stall to end; nothing is delivered twice, the order is kept."""
+    consume_delay[0] = 0.0
+    window: Window = Window(lanes=1, max_items=64, max_bytes=1 << 20, order=order)
+    check = Checker()
+    window._observer = check
+    t0 = time.monotonic()
+    at: dict[int, float] = {}
+
+    def work() -> Iterator:
+        yield from range(41)
+        time.sleep(1.0)  # the next network read stalls
+        yield 41
+
+    runner = LaneRunner([work], window=window, sizeof=lambda x: 8, name="stall", chunk=16)
+
+    def stamp() -> Iterator:
+        for x in runner:
+            at[x] = time.monotonic() - t0
+            yield x
+
+    got = []
+    th = threading.Thread(target=lambda: got.extend(stamp()), daemon=True)
+    th.start()
+    th.join(10)
+    runner.close()
+    assert not th.is_alive(), "a hang"
+    assert got == list(range(42))
+    assert at[40] < 0.5 <= at[41], at  # only the stalled read's item waits for it
+    assert check.violations == []
+    assert window.stats().puts == 42
 
 
 def test_a_thread_driving_several_lanes_hands_over_one_item_of_each_in_turn() -> None:

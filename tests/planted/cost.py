@@ -169,6 +169,20 @@ MUTANTS += [
         "tests/sources/test_lanes.py::test_shard_lanes_hand_over_chunks",
     ),
     _m(
+        "chunks: a waiting consumer never takes what a stalled lane holds (a stall late)",
+        "streambuf/window.py",
+        "                        if self._take_held(key[0]) if rr else self._take_any_held():",
+        "                        if False:",
+        f"{WINDOW}::test_a_waiting_consumer_takes_what_a_stalled_lane_holds",
+    ),
+    _m(
+        "chunks: commit_many commits again the items a waiting consumer took",
+        "streambuf/window.py",
+        "                    items, sizes = items[early:], sizes[early:]",
+        "                    items, sizes = items[:], sizes[:]",
+        f"{WINDOW}::test_a_waiting_consumer_takes_what_a_stalled_lane_holds",
+    ),
+    _m(
         "chunks: a lane holds its chunk across its next shard's open (a request late)",
         "streambuf/_source.py",
         "                yield AGAIN  # hands over",
