@@ -377,15 +377,16 @@ class LaneRunner(Generic[T]):
         self._started = True
         self.start()
         try:
-            if self._chunk > 1:  # the window's items taken in runs too
-                win: Any = self.window
-                while True:
-                    try:
-                        got = win.get_many(self._chunk)
-                    except BufferClosed:
-                        return
-                    yield from got
-            yield from self.window  # ends when every lane finished and was drained
+            if self._chunk == 1:
+                yield from self.window  # ends when every lane finished and was drained
+                return
+            win: Any = self.window  # the window's items taken in runs too
+            while True:
+                try:
+                    got = win.get_many(self._chunk)
+                except BufferClosed:
+                    return
+                yield from got
         finally:
             self.close()
 

@@ -216,11 +216,7 @@ class SourceRun:
         )
         prepare = getattr(self.access, "prepare", None) if self.order == "round_robin" else None
         nxt = next(todo, None)
-        first = True
         while nxt is not None:
-            if not first:  # the next shard's open may wait (a request): a lane thread
-                yield AGAIN  # hands over the chunk it holds first (nothing for inline)
-            first = False
             (i, index, hint), nxt = nxt, next(todo, None)
             shard = self.shard_ids[i]
             self._reading[lane] = shard
@@ -237,6 +233,8 @@ class SourceRun:
                 close = getattr(reader, "close", None)
                 if close is not None:
                     close()
+            if nxt is not None:  # the next shard's open may wait (a request): a lane
+                yield AGAIN  # hands over the chunk it holds first (nothing for inline)
 
     # -- replay of pending samples --------------------------------------------------------
     def _replay(self) -> Iterator[tuple[Any, Any, Any]]:
@@ -412,7 +410,7 @@ class SourceRun:
             first_lane=self._next_lane,
             live=live,
             largest=self._largest,
-            chunk=CHUNK if self.order != "sequence" else 1,
+            chunk=CHUNK,
         )
         self._runner = runner
         if self._on_threads is not None:

@@ -375,11 +375,14 @@ class Window(Generic[T]):
         got = self._res.pop(lane, None)
         if got is None or self._closed:
             return  # close()/abort() forgot every reservation
-        nbytes, counted, n = got
+        self._give_back(*got)
+
+    def _give_back(self, nbytes: int, counted: bool, k: int) -> None:
+        """``k`` unused units of a reservation (``nbytes`` each) given back (lock held)."""
         if counted:
-            self._held -= n
-            self._reserved -= n
-            self._bytes -= nbytes * n
+            self._held -= k
+            self._reserved -= k
+            self._bytes -= nbytes * k
             self._wake_first()
 
     def _key(self, lane: int, seq: int | None) -> Any:
@@ -450,11 +453,7 @@ class Window(Generic[T]):
                 self._commit(lane, items[i], sizes[i], None)
             if n > m:  # what the chunk did not use, given back before the last item
                 self._res[lane] = (nbytes, counted, 1)
-                if counted:
-                    self._held -= n - m
-                    self._reserved -= n - m
-                    self._bytes -= nbytes * (n - m)
-                    self._wake_first()
+                self._give_back(nbytes, counted, n - m)
             self._commit(lane, items[-1], sizes[-1], None)
 
     def _commit(self, lane: int, item: T, size: int, seq: int | None) -> None:
@@ -569,7 +568,7 @@ class Window(Generic[T]):
                     key = self._head()
                     if key is _ENDED:
                         raise BufferClosed("window drained")
-                    slot = self._results.get(key) if key is not None else None
+                    slot = self._results.get(key)  # (None: none, or not made yet)
                     # admitted, or waiting outside the count in its thread: hand it over
                     if slot is not None and (slot.admitted or slot.token is not None):
                         break
@@ -600,7 +599,7 @@ class Window(Generic[T]):
             out = [self._take(key, slot, False)]
             while len(out) < most:
                 key = self._head()
-                slot = self._results.get(key) if key is not None and key is not _ENDED else None
+                slot = self._results.get(key)  # (None for None and _ENDED too)
                 if slot is None or not (slot.admitted or slot.token is not None):
                     break
                 out.append(self._take(key, slot, True))

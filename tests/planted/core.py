@@ -367,8 +367,8 @@ MUTANTS = [
     m(
         "window: a reservation granted outside the count is counted on release",
         "streambuf/window.py",
-        "        nbytes, counted, n = got\n        if counted:\n            self._held -= n\n",
-        "        nbytes, counted, n = got\n        if True:\n            self._held -= n\n",
+        "        if counted:\n            self._held -= k\n",
+        "        if True:\n            self._held -= k\n",
         "tests/test_window.py::test_an_outside_reservation_given_back_was_never_counted",
     ),
     m(

@@ -164,8 +164,8 @@ MUTANTS += [
     _m(
         "chunks: shard lanes never hand over more than one sample at a time",
         "streambuf/_source.py",
-        "            chunk=CHUNK if self.order",
-        "            chunk=1 if self.order",
+        "            chunk=CHUNK,",
+        "            chunk=1,",
         "tests/sources/test_lanes.py::test_shard_lanes_hand_over_chunks",
     ),
     _m(
