@@ -109,6 +109,27 @@ case = st.fixed_dictionaries(
 )
 
 
+def stalling_chunks(order: str, start: int = 0) -> dict:
+    """A case whose lanes stall mid-chunk (every other item) while the consumer waits:
+    it takes what they hold (``Window.hold``) almost at once."""
+    return {
+        "order": order,
+        "lanes": 3,
+        "max_items": 40,
+        "max_bytes": 1000,
+        "lengths": [12, 12, 12, 0],
+        "big": 0.0,
+        "size": 5,
+        "delay": 0.004,
+        "consumer_delay": 0.0,
+        "start": start,
+        "seed": 3,
+        "chunk": 16,
+        "threads": None,
+        "poll": 0.0002,
+    }
+
+
 @SETTINGS
 @given(case)
 @example(  # the head lane is slow while another fills the pool: it must reserve outside
@@ -141,42 +162,8 @@ case = st.fixed_dictionaries(
         "seed": 2,
     }
 )
-@example(  # chunks whose lanes stall mid-chunk, a consumer quick to take what they hold
-    {
-        "order": "round_robin",
-        "lanes": 3,
-        "max_items": 40,
-        "max_bytes": 1000,
-        "lengths": [12, 12, 12, 0],
-        "big": 0.0,
-        "size": 5,
-        "delay": 0.004,
-        "consumer_delay": 0.0,
-        "start": 1,
-        "seed": 3,
-        "chunk": 16,
-        "threads": None,
-        "poll": 0.0002,
-    }
-)
-@example(  # the same in arrival order: the consumer takes from any lane that holds
-    {
-        "order": "first_ready",
-        "lanes": 3,
-        "max_items": 40,
-        "max_bytes": 1000,
-        "lengths": [12, 12, 12, 0],
-        "big": 0.0,
-        "size": 5,
-        "delay": 0.004,
-        "consumer_delay": 0.0,
-        "start": 0,
-        "seed": 3,
-        "chunk": 16,
-        "threads": None,
-        "poll": 0.0002,
-    }
-)
+@example(stalling_chunks("round_robin", start=1))  # (a consumer quick to take what they hold)
+@example(stalling_chunks("first_ready"))  # the consumer takes from any lane that holds
 def test_bounds_order_and_no_hang(c) -> None:
     rng = random.Random(c["seed"])
     lanes = c["lanes"]

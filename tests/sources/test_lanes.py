@@ -31,6 +31,26 @@ def no_taking_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Window, "_take_held", lambda self, lane: False)
 
 
+def later_when_chunked(
+    urls: list[str], monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> tuple[float, list[float], list[float]]:
+    """Each sample's arrival (seconds from the start) read by 2 lanes one by one and in
+    chunks of up to 16, and how much later the latest one came chunked."""
+    from streambuf import _source
+
+    def arrivals(chunk: int) -> list[float]:
+        monkeypatch.setattr(_source, "CHUNK", chunk)
+        t0 = time.monotonic()
+        out = []
+        for _ in stream_shards(urls, lanes=2, adaptive=False, **FAST, **options):
+            out.append(time.monotonic() - t0)
+        return out
+
+    one_by_one = arrivals(1)
+    chunked = arrivals(16)
+    return max(c - o for c, o in zip(chunked, one_by_one)), chunked, one_by_one
+
+
 def urls_of(srv: FaultyServer, n: int) -> list[str]:
     return expand_urls(srv.base_url + f"/shard-{{000000..{n - 1:06d}}}.tar")
 
@@ -259,25 +279,12 @@ def test_chunks_never_hold_a_paced_stream_back(
     handed over ``FLUSH_S`` after its first sample began. On a paced stream (each request
     waits 50 ms, then the body comes 2 KiB every 20 ms: about a sample each) every
     sample arrives within one request time plus 50 ms of when it arrives one by one."""
-    from streambuf import _source
-
     no_taking_held(monkeypatch)  # the flush alone (a waiting consumer would take them)
     http_server.latency_s = 0.05
     http_server.trickle = (2048, 0.02)
     urls = urls_of(http_server, 2)
-
-    def arrivals(chunk: int) -> list[float]:
-        monkeypatch.setattr(_source, "CHUNK", chunk)
-        t0 = time.monotonic()
-        out = []
-        for _ in stream_shards(urls, lanes=2, adaptive=False, **FAST):
-            out.append(time.monotonic() - t0)
-        return out
-
-    one_by_one = arrivals(1)
-    chunked = arrivals(16)
+    late, chunked, one_by_one = later_when_chunked(urls, monkeypatch)
     assert len(chunked) == len(one_by_one) == 40
-    late = max(c - o for c, o in zip(chunked, one_by_one))
     assert late <= 0.05 + 0.05, (late, chunked, one_by_one)
 
 
@@ -289,26 +296,13 @@ def test_a_chunk_is_handed_over_before_the_next_shard_opens(
     waits for a request (50 ms, no readahead): the lane hands the chunk it holds over
     before it opens the next shard, so no sample waits for another shard's request (it
     did: every sample of a 3-sample shard arrived a request later than one by one)."""
-    from streambuf import _source
-
     no_taking_held(monkeypatch)  # the flush alone (a waiting consumer would take them)
     paths = make_shards(tmp_path / "s", 8, 3)
     with FaultyServer(tmp_path / "s") as srv:
         srv.latency_s = 0.05
         urls = [srv.url(p.name) for p in paths]
-
-        def arrivals(chunk: int) -> list[float]:
-            monkeypatch.setattr(_source, "CHUNK", chunk)
-            t0 = time.monotonic()
-            out = []
-            for _ in stream_shards(urls, lanes=2, adaptive=False, readahead_bytes=0, **FAST):
-                out.append(time.monotonic() - t0)
-            return out
-
-        one_by_one = arrivals(1)
-        chunked = arrivals(16)
+        late, chunked, one_by_one = later_when_chunked(urls, monkeypatch, readahead_bytes=0)
     assert len(chunked) == len(one_by_one) == 24
-    late = max(c - o for c, o in zip(chunked, one_by_one))
     assert late <= 0.025, (late, chunked, one_by_one)
 
 
