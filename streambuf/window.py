@@ -141,10 +141,9 @@ class Window(Generic[T]):
         self._reserved = 0  # counted reservations
         self._bytes = 0  # their bytes
         self._res: dict[int, tuple[int, bool, int]] = {}  # lane -> (bytes each, counted, n)
-        # lane -> (items, sizes) its thread is making in a chunk (appended without the lock,
-        # sizes first) and how many of them get() took and committed already (``hold``)
-        self._holds: dict[int, tuple[list[Any], list[int]]] = {}
-        self._taken_early: dict[int, int] = {}
+        # lane -> [items, sizes, taken]: what its thread is making in a chunk (appended
+        # without the lock, sizes first) and how many get() committed already (``hold``)
+        self._holds: dict[int, list[Any]] = {}
         self._res_waiting: dict[int, threading.Condition] = {}  # lane -> its reserve wait
         self._need: dict[threading.Condition, tuple[int, int]] = {}  # waiter -> bytes, lane
         self._results: dict[Any, _Slot] = {}
@@ -337,12 +336,11 @@ class Window(Generic[T]):
         without the lock). A consumer that waited ``HOLD_POLL_S`` for the first of them
         does not wait for the lane's ``commit_many``: it commits the ones made so far
         itself (``_take_held``), so a lane whose next read stalls holds nothing back for
-        longer than that; ``commit_many`` then commits the rest. Ownership: the lists are the lane's; the window only reads them, and
-        only until ``commit_many``/``release``."""
+        longer than that; ``commit_many`` then commits the rest. Ownership: the lists
+        are the lane's; the window only reads them, until ``commit_many``/``release``."""
         with self._lock:
             if lane in self._res:
-                self._holds[lane] = (items, sizes)
-                self._taken_early[lane] = 0
+                self._holds[lane] = [items, sizes, 0]
 
     def _take_held(self, lane: int) -> bool:
         """Commit what lane ``lane`` made of its chunk and nobody committed yet, up to
@@ -351,14 +349,14 @@ class Window(Generic[T]):
         got = self._res.get(lane)
         if held is None or got is None or not got[1]:
             return False  # (reserved outside the count: its items wait for room: the lane's)
-        items, sizes = held
+        items, sizes, done = held
         nbytes = got[0]
-        done = start = self._taken_early[lane]
+        start = done
         made = len(items)  # (each item's size was appended before it; made <= units)
         while done < made and sizes[done] <= nbytes:
             self._commit(lane, items[done], sizes[done], None)  # (fits: never waits)
             done += 1
-        self._taken_early[lane] = done
+        held[2] = done
         return done > start
 
     def _take_any_held(self) -> bool:
@@ -371,7 +369,6 @@ class Window(Generic[T]):
 
     def _release(self, lane: int) -> None:
         self._holds.pop(lane, None)
-        self._taken_early.pop(lane, None)
         got = self._res.pop(lane, None)
         if got is None or self._closed:
             return  # close()/abort() forgot every reservation
@@ -427,8 +424,9 @@ class Window(Generic[T]):
         with self._lock:
             if self._closed:
                 raise BufferClosed("commit_many() on a closed window")
-            if self._holds.pop(lane, None) is not None:
-                early = self._taken_early.pop(lane)
+            held = self._holds.pop(lane, None)
+            if held is not None:
+                early = held[2]
                 if early:  # committed by a waiting consumer (``hold``): the rest only
                     items, sizes = items[early:], sizes[early:]
                     if not items:
@@ -661,7 +659,6 @@ class Window(Generic[T]):
         self._arrivals.clear()
         self._res.clear()
         self._holds.clear()
-        self._taken_early.clear()
         self._held = self._reserved = self._bytes = 0
         self._lent_items = self._lent_bytes = 0
         for token in self._waiters:
