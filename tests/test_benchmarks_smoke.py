@@ -107,6 +107,9 @@ def test_buffer_benchmark_and_its_headline(tmp_path):
     assert set(report["results"]) == {"ints", "tensors_4KiB", "ints_get_many"}
     assert_headline(report)
     assert saved(tmp_path, "buffer")["results"]["ints"]["items"] == 5_000
+    many = report["results"]["ints_get_many"]  # the references it is read against
+    assert many["lean_median"] > 0 and many["ceiling_items_per_s"] > 0
+    assert "nothing sized or counted" in report["headline"][-1]["how"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is here")
