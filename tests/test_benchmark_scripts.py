@@ -91,6 +91,27 @@ def test_the_gpu_decode_check_script_parses_and_names_its_modes():
     assert got.returncode == 2 and "prepare|device" in got.stderr
 
 
+def test_the_autotune_check_script_runs_its_checks_tiny(tmp_path):
+    """benchmarks/autotune_check.sh's device mode runs issue 26's checks on a machine with
+    more cores; its smoke mode runs the same three commands in their tiny modes here."""
+    import os
+    import subprocess
+    import sys
+
+    script = SCRIPTS / "autotune_check.sh"
+    got = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert got.returncode == 2 and "prepare|device|smoke" in got.stderr
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path))
+    done = subprocess.run(
+        ["bash", str(script), "smoke"], capture_output=True, text=True, timeout=240, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cpu_limit" in (tmp_path / "machine.log").read_text()
+    assert "streambuf auto" in (tmp_path / "curve.log").read_text()
+    assert "auto threads" in (tmp_path / "mixed.log").read_text()
+    assert "cpu-bound: streambuf" in (tmp_path / "cpu.log").read_text()
+
+
 def test_the_auto_threads_curve_runs_tiny(capsys):
     rows = _script("auto_threads_curve").main(["--tiny"])
     assert [r["run"] for r in rows] == [
