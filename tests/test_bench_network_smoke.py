@@ -21,7 +21,7 @@ def test_network_benchmark_runs_tiny(tmp_path, capsys):
     assert_delivered(report)
     assert_headline(report)
     names = {r["name"] for r in report["rows"]}
-    for section in ("http", "disk"):
+    for section in ("http", "disk", "disk-32"):
         assert {
             f"{section}: streambuf lanes=3",
             f"{section}: webdataset per sample",
@@ -44,6 +44,9 @@ def test_network_benchmark_runs_tiny(tmp_path, capsys):
     assert {h["workload"].split(" (")[0] for h in data["headline"]} >= {
         "network HTTP",
         "network local disk",
+        "network local disk, batch 32",
         "network HTTP, lanes='auto'",
     }
+    disk32 = next(h for h in data["headline"] if h["workload"] == "network local disk, batch 32")
+    assert "batch 32" in disk32["how"]
     assert "| reader |" in capsys.readouterr().out

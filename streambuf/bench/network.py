@@ -16,7 +16,8 @@ same 2 workers, and checked to deliver every sample exactly once:
 * **disk**: shards from local files (more of them, ``local_shards x local_per_shard``:
   an epoch of the HTTP section's size reads in ~0.1 s, mostly worker start-up):
   streambuf against webdataset per sample and batched (no latency: this measures
-  per-sample overhead and transport).
+  per-sample overhead and transport); **disk-32**: the same with every reader in batches
+  of 32.
 * **s3**: the disk section's shards in moto's S3 server (a child process; skipped and recorded
   when moto or s3fs is missing): streambuf through fsspec/s3fs against webdataset with
   an fsspec ``s3://`` handler, per sample and batched.
@@ -50,6 +51,7 @@ from ._shards import RangeDataset, WdsS3Handler, make_shards, to_tensor, upload,
 from .workloads import loader_stats
 
 KIB, MIB = 1 << 10, 1 << 20
+BIG_BATCH = 32  # the disk section again, every reader in batches of this many
 
 
 def settings(mode: str) -> dict[str, Any]:
@@ -214,9 +216,9 @@ def _run_cases(cases: list[Case], repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def local(s: dict[str, Any]) -> dict[str, Any]:
+def local(s: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """The settings of the disk and S3 sections: more shards, more samples per shard."""
-    return dict(s, shards=s["local_shards"], per_shard=s["local_per_shard"])
+    return dict(s, shards=s["local_shards"], per_shard=s["local_per_shard"], **changes)
 
 
 def _all_rows(s: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -270,6 +272,17 @@ def _all_rows(s: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], dict[
             )
         )
         cases += _wds_cases("disk", disk, sl, None)
+        # the same shards in batches of 32 on both sides (issue 25's "batched 32" row)
+        s32 = dict(sl, batch_size=BIG_BATCH)
+        cases.append(
+            (
+                "disk-32",
+                "streambuf",
+                f"disk-32: streambuf lanes={s['lanes']}",
+                lambda: _streambuf(disk, s32, None),
+            )
+        )
+        cases += _wds_cases("disk-32", disk, s32, None)
         rows = _run_cases(cases, s["repeats"])
     missing = importable("moto.server") or importable("s3fs")
     if missing:
@@ -324,9 +337,10 @@ def link_how(s: dict[str, Any]) -> str:
 def _headline(report: dict[str, Any]) -> list[Headline | None]:
     s = report["settings"]
     sections = {
-        "http": f"network HTTP ({link_how(s)})",
-        "disk": "network local disk",
-        "s3": "network S3 (moto on loopback)",
+        "http": (f"network HTTP ({link_how(s)})", s),
+        "disk": ("network local disk", local(s)),
+        "disk-32": (f"network local disk, batch {BIG_BATCH}", local(s, batch_size=BIG_BATCH)),
+        "s3": ("network S3 (moto on loopback)", local(s)),
     }
     out = [
         versus(
@@ -334,10 +348,9 @@ def _headline(report: dict[str, Any]) -> list[Headline | None]:
             "samples_per_s",
             workload=label,
             metric="samples/s",
-            how=shards_how(s if section == "http" else local(s))
-            + ", loader creation to last batch",
+            how=shards_how(section_s) + ", loader creation to last batch",
         )
-        for section, label in sections.items()
+        for section, (label, section_s) in sections.items()
     ]
     http = [r for r in report["rows"] if r["section"] in ("http", "http-lanes")]
     out.append(
