@@ -63,6 +63,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="runs K times as many batches (auto's climb "
         "and re-checks are a fixed cost: a longer run shows what is left of it)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader workers (default: the benchmark's 4); 1 leaves the 2-core VM's "
+        "CPUs half idle, as 4 workers leave a machine of 8 cores or more: the busy-CPU "
+        "rule does not fire and the climb alone decides",
+    )
     parser.add_argument("--tiny", action="store_true", help="the tiny mode's rows, one round")
     args = parser.parse_args(argv)
     mode = "tiny" if args.tiny else "full"
@@ -71,6 +79,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         dict(c, batches=max(1, round(c["batches"] * args.longer)))
         for c in _rows(args.section, mode, args.fixed)
     ]
+    if args.workers is not None:
+        w = args.workers
+        cfgs = [
+            dict(c, workers=w, name=c["name"].replace(f"{c['workers']}x", f"{w}x", 1)) for c in cfgs
+        ]
     runs = interleaved(
         cfgs,
         lambda c: run_config(c, isolate=not args.tiny),
