@@ -341,6 +341,8 @@ class Window(Generic[T]):
         with self._lock:
             if lane in self._res:
                 self._holds[lane] = [items, sizes, 0]
+                if self._get_waiting:  # a consumer asleep with no timeout: poll from now
+                    self._arrived.notify()
 
     def _take_held(self, lane: int) -> bool:
         """Commit what lane ``lane`` made of its chunk and nobody committed yet, up to

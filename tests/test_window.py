@@ -552,6 +552,39 @@ def test_a_waiting_consumer_takes_what_a_stalled_lane_holds(order: str) -> None:
     assert window.stats().puts == 42
 
 
+@pytest.mark.parametrize("order", ["round_robin", "first_ready"])
+def test_a_consumer_waiting_before_the_hold_takes_what_a_stalled_lane_holds(order: str) -> None:
+    """The consumer is already asleep (nothing held, nothing made) when a lane reserves a
+    chunk, holds it, makes an item and stalls in its next read: ``hold`` wakes it, so it
+    polls and takes the item after ``HOLD_POLL_S``, not after the stall (a window that
+    was full leads here: the consumer gives back lent room and sleeps before the lane
+    it woke can hold its next chunk; found by review)."""
+    window: Window = Window(lanes=1, max_items=64, max_bytes=1 << 20, order=order)
+    got: list = []
+    t0 = time.monotonic()
+    th = threading.Thread(
+        target=lambda: got.extend([window.get_many(16), time.monotonic() - t0]), daemon=True
+    )
+    th.start()
+    time.sleep(0.05)  # the consumer sleeps now: nothing is held yet
+    assert window.reserve(0, 8, 16) == 16
+    items: list = []
+    sizes: list = []
+    window.hold(0, items, sizes)
+    sizes.append(8)
+    items.append("a")
+    th.join(0.5)  # (the stall: 10 ms + a wake-up is all it may take)
+    late = th.is_alive()
+    sizes.append(8)
+    items.append("b")
+    window.commit_many(0, items, sizes)
+    th.join(10)
+    assert not late, "the item made before the stall waited for it"
+    assert got[0] == ["a"] and got[1] < 0.5, got
+    assert window.get_many(16) == ["b"]  # the rest, once, from commit_many
+    window.close()
+
+
 def test_a_thread_driving_several_lanes_hands_over_one_item_of_each_in_turn() -> None:
     """One thread over two lanes makes one item of each in turn, chunked or not: a chunk
     of lane 0 would make its later items while lane 1 owes an earlier one, and when the

@@ -206,4 +206,11 @@ MUTANTS += [
         "                        lane, its[lane]\n                    ):",
         f"{WINDOW}::test_a_thread_driving_several_lanes_hands_over_one_item_of_each_in_turn",
     ),
+    _m(
+        "chunks: hold never wakes a consumer already asleep (an item waits for the stall)",
+        "streambuf/window.py",
+        "                if self._get_waiting:  # a consumer asleep with no timeout: poll",
+        "                if False:  # a consumer asleep with no timeout: poll",
+        "tests/test_window.py::test_a_consumer_waiting_before_the_hold_takes_what_a_stalled_lane_holds",
+    ),
 ]
