@@ -403,7 +403,7 @@ class LaneRunner(Generic[T]):
         # the works and callbacks usually point back at the stage that owns this runner:
         # drop them, so a closed stage is freed by reference counting, not a later GC
         self._works.clear()
-        self._on_close = self._describe = None
+        self._on_close = self._describe = self._gate = None
 
     def __enter__(self) -> LaneRunner[T]:
         return self

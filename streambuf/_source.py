@@ -311,6 +311,8 @@ class SourceRun:
             runner = self._runner
             if runner is not None:
                 runner.close()
+            if self.tuner is not None:
+                self.tuner.detach()
             if self._on_threads is not None:
                 self._on_threads(0)
             for gen in self._gens:

@@ -314,6 +314,11 @@ class ThreadTuner:
         if self._state != "settled":
             self._skip()
 
+    def detach(self) -> None:
+        """The stage closed: drop the callback into it (``room``), so that a closed
+        stage is freed by reference counting, not at a later garbage collection."""
+        self._room = None
+
     def adopt(self, count: int) -> None:
         """The count was set from outside (a follower took its leader's, ``Lead``) and
         this tuner decides again from now: a new check from ``count`` (within the

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -229,6 +230,8 @@ class Loader:
         self._supervisor: Supervisor | None = None
         self._round = 0  # resets of the current DataLoader iterator (streambuf._worker.Board)
         self._closed = False
+        # the iteration handed out last (weak: one the caller dropped ends on its own)
+        self._live: weakref.ref[Iterator[Any]] | None = None
         self._tracker = RunTracker(pipeline, num_workers=num_workers, in_order=self.in_order)
 
     # -- the DataLoader ---------------------------------------------------------------
@@ -313,10 +316,11 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         if self._closed:
             raise RuntimeError("this Loader was closed; build a new one")
-        source = self._iter_host()
+        live = self._iter_host()
         if self.device is not None and self.device.type != "cpu":
-            return iter(DevicePrefetcher(source, device=self.device, depth=self.device_depth))
-        return source
+            live = iter(DevicePrefetcher(live, device=self.device, depth=self.device_depth))
+        self._live = weakref.ref(live)
+        return live
 
     def _iter_host(self) -> Iterator[Any]:
         self._iter_start = time.monotonic()
@@ -437,9 +441,16 @@ class Loader:
         self._dl_iter = None
 
     def close(self) -> None:
-        """End persistent workers and release the DataLoader. Idempotent; the Loader
-        cannot be iterated afterwards."""
+        """End the iteration in progress (its stages' threads and files, its workers),
+        persistent workers, and release the DataLoader. Idempotent; the Loader cannot be
+        iterated afterwards (an iterator still held ends: ``StopIteration``)."""
         self._closed = True
+        live = self._live() if self._live is not None else None
+        if live is not None:  # an iteration still held: it ends here, with its stages'
+            try:  # threads and files (num_workers=0: they run in this process)
+                live.close()  # type: ignore[attr-defined]
+            except ValueError:  # running in another thread: it ends with the buffers
+                pass
         if self._dl_iter is not None:
             self._shutdown(self._dl_iter)
         self._dl = None

@@ -59,6 +59,7 @@ __all__ = ["ThreadPrefetcher", "prefetch"]
 
 T = TypeVar("T")
 _END = object()
+_CLOSED = iter(())  # the source's iterator once closed (``close_source``): ends at once
 MAX_THREADS = 64  # threads="auto": the default ceiling per process
 _FOLLOW_EVERY = 8  # a follower reads its leader's count every this many items
 
@@ -114,6 +115,11 @@ class ThreadPrefetcher(Generic[T]):
         join_timeout_s: how long ``close()`` waits for the threads, in total.
         adaptive: with ``fn`` and ``threads > 1``, run ``fn`` inline while that measures
             faster (module docstring).
+        close_source: the iterator taken from ``iterable`` is this object's to close:
+            when it stops (the end, ``break``, an error, ``close()``) it closes that
+            iterator too, once no thread is inside it (a pipeline's stages: the
+            upstream stage's threads and files stop with it, not at some later garbage
+            collection). False (``prefetch()``): a caller's iterator is left open.
     """
 
     def __init__(
@@ -133,9 +139,11 @@ class ThreadPrefetcher(Generic[T]):
         max_threads: int | None = None,
         on_threads: Callable[[int], None] | None = None,
         lead: Lead | None = None,
+        close_source: bool = False,
     ) -> None:
         self._threads_n, auto = parse_threads(threads, max_threads)
         self._source = iterable
+        self._close_source = close_source
         self._fn = fn
         self._ordered = ordered
         self.name = name or (f"map({getattr(fn, '__name__', 'fn')})" if fn else "prefetch")
@@ -219,6 +227,9 @@ class ThreadPrefetcher(Generic[T]):
             self._no_more_lanes()
             add_note(exc, f"streambuf: raised in stage {self.name!r} by the source iterator")
             raise
+        finally:
+            if self._stopped:  # the stage stopped while this thread was inside the source
+                self._close_source_locked()
         idx = self._next_index
         self._next_index += 1
         return idx, item
@@ -289,6 +300,30 @@ class ThreadPrefetcher(Generic[T]):
             self._stopped = True
             self._pause.notify_all()
 
+    def _stop(self) -> None:
+        """The stage is done: stop and join the producers (bounded), then close the
+        source's iterator where it is ours (``close_source``). A producer still inside
+        the source (a read that blocks) holds ``_src_lock``: it closes the iterator
+        itself when the read returns (``_next_locked``)."""
+        self._runner.close()
+        if self.tuner is not None:
+            self.tuner.detach()
+        if self._src_lock.acquire(timeout=0.05):
+            try:
+                self._close_source_locked()
+            finally:
+                self._src_lock.release()
+
+    def _close_source_locked(self) -> None:
+        """Close the source's iterator (caller holds ``_src_lock``; once; ours only)."""
+        it = self._it
+        if not self._close_source or it is None or it is _CLOSED:
+            return
+        self._it = _CLOSED
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
     def _set_paused(self, paused: bool) -> None:
         with self._pause:
             self._paused = paused
@@ -328,26 +363,20 @@ class ThreadPrefetcher(Generic[T]):
 
     # -- consumer ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[T]:
-        if self.tuner is None:
-            if self.chooser is None:
-                yield from self._runner
-            else:
-                yield from self._adaptive_iter(self.chooser)
-            return
-        gauge = self._on_threads
+        gauge = self._on_threads if self.tuner is not None else None
         if gauge is not None:
             gauge(self._active)
         try:
             if self.chooser is not None:
                 yield from self._adaptive_iter(self.chooser)
-                return
-            try:
+            elif self.tuner is None:
+                yield from self._runner
+            else:
                 for item in self._runner:
                     self._tick()
                     yield item
-            finally:
-                self._runner.close()
         finally:
+            self._stop()
             if gauge is not None:
                 gauge(0)
 
@@ -403,8 +432,9 @@ class ThreadPrefetcher(Generic[T]):
             self._runner.close()  # the generator too: it ends with the buffer
 
     def close(self) -> None:
-        """Stop the producers and join them (bounded by ``join_timeout_s``). Idempotent."""
-        self._runner.close()
+        """Stop the producers and join them (bounded by ``join_timeout_s``); close the
+        source's iterator where it is ours (``close_source``). Idempotent."""
+        self._stop()
 
     def __enter__(self) -> ThreadPrefetcher[T]:
         return self

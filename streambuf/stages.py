@@ -221,6 +221,7 @@ class Map(Stage):
                 sizeof=lambda rec: nbytes(rec.value),
                 name=self.name,
                 adaptive=self.adaptive,
+                close_source=True,
                 on_threads=(
                     thread_gauge(self.counters, current_worker()[0])
                     if auto and self.counters is not None
@@ -280,6 +281,7 @@ class Prefetch(Stage):
                 max_bytes=self.max_bytes,
                 sizeof=lambda rec: nbytes(rec.value),
                 name="prefetch",
+                close_source=True,
             ),
         )
 
@@ -572,5 +574,7 @@ def prefetch_items(
 ) -> Iterator[Any]:
     """Run the upstream stages ahead on a background thread, bounded by items and bytes."""
     pf: ThreadPrefetcher[Any]
-    with ThreadPrefetcher(it, max_items=max_items, max_bytes=max_bytes, threads=threads) as pf:
+    with ThreadPrefetcher(
+        it, max_items=max_items, max_bytes=max_bytes, threads=threads, close_source=True
+    ) as pf:
         yield from pf

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import traceback
+import weakref
 
 import pytest
 import torch
@@ -95,6 +97,66 @@ def test_early_break_stops_threads():
             break
     assert wait_for_threads(timeout_s=1.0) == []
     assert time.monotonic() - started < 5
+
+
+def test_an_owned_source_is_closed_at_the_stop_even_from_inside_a_read():
+    """``close_source=True`` (a pipeline's stages): the source iterator is closed when the
+    stage stops, also when a producer is inside it (a read that blocks) at that moment:
+    that thread closes it when the read returns. ``prefetch()`` leaves a caller's
+    iterator open."""
+    entered, closed = threading.Event(), threading.Event()
+
+    def source():
+        try:
+            yield 0
+            entered.set()
+            time.sleep(0.5)  # a read in progress while the consumer stops
+            yield 1
+            yield 2
+        finally:
+            closed.set()
+
+    pf = ThreadPrefetcher(
+        source(), max_items=1, max_bytes="1MiB", close_source=True, join_timeout_s=0.1
+    )
+    it = iter(pf)
+    assert next(it) == 0
+    assert entered.wait(5)
+    it.close()  # the producer holds the source: the stop cannot close it now
+    assert closed.wait(5), "the source stayed open after the read returned"
+
+    def users():
+        yield from range(100)
+
+    mine = users()
+    for x in prefetch(mine, max_items=2, max_bytes="1MiB"):
+        if x == 3:
+            break
+    assert wait_for_threads(timeout_s=1.0) == []
+    assert mine.gi_frame is not None  # not closed: the caller's to close
+
+
+@pytest.mark.parametrize("threads", [4, "auto"])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_closed_stage_is_freed_by_reference_counting(threads, adaptive):
+    """Once closed, nothing of a stage points back at it in a cycle (the lane runner's
+    gate, the tuner's room callback): it and what it holds are freed when the last
+    reference goes, not at a garbage collection that a worker may run rarely."""
+    gc.collect()
+    gc.disable()
+    try:
+        p = ThreadPrefetcher(
+            range(1000), max_items=8, max_bytes="1MiB", threads=threads, fn=abs, adaptive=adaptive
+        )
+        it = iter(p)
+        for _ in range(20):
+            next(it)
+        it.close()
+        gone = weakref.ref(p)
+        del p, it
+        assert gone() is None, "a cycle keeps the closed stage alive"
+    finally:
+        gc.enable()
 
 
 def test_close_twice_and_context_manager():

@@ -278,6 +278,9 @@ class TunerDouble:
     def adopt(self, count: int) -> None:
         self.count = count
 
+    def detach(self) -> None:
+        pass
+
 
 class Scripted(TunerDouble):
     """A tuner whose counts follow ``script`` (one change every ``every`` items)."""

@@ -10,6 +10,7 @@ LIST = "tests/sources/test_resume_shard_list.py"
 CHECKS = "tests/test_resume_checks.py"
 IDENTITY = "streambuf/_identity.py"
 SCHEMA = "streambuf/_schema.py"
+CHAIN = "tests/test_chain_shutdown.py"
 
 
 _m = planted("reliability")
@@ -113,6 +114,43 @@ MUTANTS = [
         '                close = getattr(reader, "close", None)\n                if close',
         "                close = None\n                if close",
         "tests/sources/test_adaptive_lanes.py::test_a_reader_stuck_in_a_read_is_closed_when_it_returns",
+    ),
+    _m(
+        "a threaded map leaves its upstream stage running when it stops (till a GC)",
+        "streambuf/stages.py",
+        "                adaptive=self.adaptive,\n                close_source=True,",
+        "                adaptive=self.adaptive,\n                close_source=False,",
+        f"{CHAIN}::test_every_threaded_stage_of_a_chain_stops_when_the_consumer_stops",
+    ),
+    _m(
+        "a stage stopped while a thread reads its source never closes that source",
+        "streambuf/prefetch.py",
+        "            if self._stopped:  # the stage stopped while this thread",
+        "            if False:  # the stage stopped while this thread",
+        "tests/test_prefetch.py::test_an_owned_source_is_closed_at_the_stop_even_from_inside_a_read",
+    ),
+    _m(
+        "a closed lane runner keeps its gate (a cycle: the stage is freed only by a GC)",
+        "streambuf/_lanes.py",
+        "self._on_close = self._describe = self._gate = None",
+        "self._on_close = self._describe = None",
+        "tests/test_prefetch.py::test_a_closed_stage_is_freed_by_reference_counting",
+    ),
+    _m(
+        "a closed stage's tuner keeps its room callback (a cycle: freed only by a GC)",
+        "streambuf/_tuner.py",
+        '        stage is freed by reference counting, not at a later garbage collection."""\n'
+        "        self._room = None",
+        '        stage is freed by reference counting, not at a later garbage collection."""\n'
+        "        pass",
+        "tests/test_prefetch.py::test_a_closed_stage_is_freed_by_reference_counting",
+    ),
+    _m(
+        "Loader.close() leaves the in-process iteration it handed out running",
+        "streambuf/loader.py",
+        "live = self._live() if self._live is not None else None",
+        "live = None",
+        f"{CHAIN}::test_every_threaded_stage_of_a_chain_stops_when_the_consumer_stops",
     ),
     _m(
         "forked workers collect (and finalize) the parent's garbage",

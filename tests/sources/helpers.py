@@ -120,6 +120,9 @@ class _CyclingTuner:
     def restart(self) -> None:
         pass
 
+    def detach(self) -> None:
+        pass
+
 
 @contextmanager
 def changing_threads(counts: list[int], every: int = 5) -> Iterator[list[int]]:
