@@ -143,13 +143,31 @@ def parse_count(value: int, *, name: str) -> int:
     return check_int(value, name=name, minimum=1)
 
 
+MAX_THREADS_PER_STAGE = 1024  # threads (lanes) one stage may run in one process
+
+
 def check_count_or_auto(value: Any, *, name: str) -> int | str:
-    """``value``: an int >= 1, or ``"auto"`` (chosen at run time)."""
+    """``value``: a thread or lane count, an int in ``[1, MAX_THREADS_PER_STAGE]``, or
+    ``"auto"`` (chosen at run time)."""
     if value == "auto":
         return "auto"
     if isinstance(value, str):
         raise ValueError(f"{name}={value!r} must be an int >= 1 or 'auto'")
-    return parse_count(value, name=name)
+    return check_thread_count(value, name=name)
+
+
+def check_thread_count(value: Any, *, name: str) -> int:
+    """A count of threads or lanes of one stage in one process: an int in ``[1,
+    MAX_THREADS_PER_STAGE]`` (each is a thread and a slot of the stage's window, made
+    when the stage starts)."""
+    count = parse_count(value, name=name)
+    if count > MAX_THREADS_PER_STAGE:
+        raise ValueError(
+            f"{name}={value!r}: at most {MAX_THREADS_PER_STAGE} for one stage in one process "
+            "(each is a thread, or a lane, and a slot of the stage's window, made when it "
+            "starts); for more at once, use more workers (Loader num_workers=)"
+        )
+    return count
 
 
 def check_int(value: Any, *, name: str, minimum: int = 0, maximum: int | None = None) -> int:

@@ -49,7 +49,7 @@ from typing import Any, Generic, TypeVar
 from ._inline import InlineChooser
 from ._lanes import AGAIN, LaneRunner
 from ._tuner import START_THREADS, Lead, ThreadTuner, room_for
-from ._units import check_count_or_auto, parse_count
+from ._units import check_count_or_auto, check_thread_count, parse_count
 from .errors import add_note
 from .sizing import nbytes
 from .stats import BufferStats
@@ -68,7 +68,11 @@ def parse_threads(threads: Any, max_threads: Any = None) -> tuple[int, bool]:
     """``threads`` (an int >= 1 or ``"auto"``) and ``max_threads`` (None or an int >= 1,
     only with ``"auto"``) -> (lanes to provision, auto?). The one validation of both."""
     if check_count_or_auto(threads, name="threads") == "auto":
-        top = MAX_THREADS if max_threads is None else parse_count(max_threads, name="max_threads")
+        top = (
+            MAX_THREADS
+            if max_threads is None
+            else check_thread_count(max_threads, name="max_threads")
+        )
         return top, True
     if max_threads is not None:
         raise ValueError(

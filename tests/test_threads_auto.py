@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+import torchdata.nodes
 
 import streambuf as sb
 from streambuf._inline import InlineChooser
@@ -261,6 +262,23 @@ def test_invalid_threads_options_are_refused_by_name() -> None:
         sb.Pipeline(range(3)).map(abs, threads=4, max_threads=8)
     with pytest.raises((ValueError, TypeError), match="max_threads"):
         sb.Pipeline(range(3)).map(abs, threads="auto", max_threads=0)
+    # a ceiling, refused at once (each thread is a window slot made when the stage
+    # starts: max_threads=3_000_000 took 20 s and 1.7 GB before; found by review)
+    cases = [
+        ("max_threads", lambda n: sb.Pipeline(range(3)).map(abs, threads="auto", max_threads=n)),
+        ("threads", lambda n: sb.Pipeline(range(3)).map(abs, threads=n)),
+        ("lanes", lambda n: sb.shards([__file__], lanes=n)),
+        (
+            "threads",
+            lambda n: sb.nodes.ParallelMapper(
+                torchdata.nodes.IterableWrapper(range(3)), abs, threads=n, max_bytes="1MiB"
+            ),
+        ),
+    ]
+    for name, build in cases:
+        with pytest.raises(ValueError, match=f"{name}=3000000: at most 1024 for one stage"):
+            build(3_000_000)
+    assert list(sb.Pipeline(range(3)).map(abs, threads=1024)) == [0, 1, 2]  # the ceiling
     with pytest.raises(ValueError, match="num_workers"):
         sb.Loader(sb.Pipeline(range(3)), num_workers="lots", max_batches=2, max_bytes="1MiB")  # type: ignore[arg-type]
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from torchdata.nodes import BaseNode
 
 from .._lanes import ITEMS_PER_THREAD
-from .._units import check_bool, check_seconds, parse_bytes, parse_count
+from .._units import check_bool, check_seconds, check_thread_count, parse_bytes, parse_count
 from ..sizing import nbytes
 from ..stats import BufferStats
 from ._run import AHEAD_KEY, SOURCE_KEY, MapRun
@@ -57,7 +57,7 @@ class _ThreadedNode(BaseNode[T]):
                 f"{name}: source={source!r} must be a torchdata.nodes.BaseNode; wrap an "
                 "iterable in torchdata.nodes.IterableWrapper"
             )
-        self.threads = parse_count(threads, name="threads")
+        self.threads = check_thread_count(threads, name="threads")
         self.in_order = check_bool(in_order, name="in_order")
         self.max_items = parse_count(max_items, name="max_items")
         self.max_bytes = parse_bytes(max_bytes)
@@ -198,7 +198,7 @@ class ParallelMapper(_ThreadedNode[T]):
     ) -> None:
         if not callable(map_fn):
             raise TypeError(f"map_fn={map_fn!r} must be callable")
-        n = parse_count(threads, name="threads")
+        n = check_thread_count(threads, name="threads")
         super().__init__(
             source,
             map_fn,
