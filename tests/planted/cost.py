@@ -213,4 +213,13 @@ MUTANTS += [
         "                if False:  # a consumer asleep with no timeout: poll",
         "tests/test_window.py::test_a_consumer_waiting_before_the_hold_takes_what_a_stalled_lane_holds",
     ),
+    _m(
+        "chunks: a chunk split by a waiting consumer's take loses its tail",
+        "streambuf/window.py",
+        "                    items, sizes = items[early:], sizes[early:]\n"
+        "                    if not items:",
+        "                    items, sizes = items[early:], sizes[early:]\n"
+        "                    if True:",
+        "tests/test_window.py::test_a_waiting_consumer_takes_what_a_stalled_lane_holds",
+    ),
 ]
