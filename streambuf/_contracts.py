@@ -144,6 +144,11 @@ class Source(Protocol):
         """Why it cannot resume at another layout, or None when it can."""
         ...
 
+    def state_refusal(self) -> str | None:
+        """Why it has no state to save at all (a one-shot iterable, or a mix with one
+        among its sources), or None when it has."""
+        ...
+
     def sizes(self) -> list[int] | None:
         """Samples per shard when the source itself knows them (plain items: 1 each),
         else None (``samples_per_shard`` says)."""

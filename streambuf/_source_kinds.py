@@ -79,6 +79,9 @@ class SequenceSource:
     def elastic_refusal(self) -> str | None:
         return None
 
+    def state_refusal(self) -> str | None:
+        return None
+
     def sizes(self) -> list[int] | None:
         if self.reader is None and self.expand is None:
             return [1] * len(self.shards)
@@ -187,6 +190,12 @@ class IterableSource:
 
     def elastic_refusal(self) -> str:
         return "a pipeline over a one-shot iterable cannot be resumed"
+
+    def state_refusal(self) -> str:
+        return (
+            "a pipeline over a one-shot iterable has no state to save; give it a sequence "
+            "(a list of shards or items) to make it resumable"
+        )
 
     def sizes(self) -> None:
         return None

@@ -137,11 +137,9 @@ def run_state(
     before: Progress | None,
 ) -> dict[str, Any]:
     """The state dict of one rank (see the module docstring)."""
-    if pipe.num_shards() is None:
-        raise ValueError(
-            "a pipeline over a one-shot iterable has no state to save; give it a sequence "
-            "(a list of shards or items) to make it resumable"
-        )
+    refused = pipe._src.state_refusal()
+    if refused is not None:
+        raise ValueError(refused)
     complete = all(
         (snap is not None and snap["last"])
         or (

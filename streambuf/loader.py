@@ -443,14 +443,15 @@ class Loader:
     def close(self) -> None:
         """End the iteration in progress (its stages' threads and files, its workers),
         persistent workers, and release the DataLoader. Idempotent; the Loader cannot be
-        iterated afterwards (an iterator still held ends: ``StopIteration``)."""
+        iterated afterwards (an iterator still held ends: ``StopIteration``; one being
+        iterated in another thread ends after the batch it is waiting for)."""
         self._closed = True
         live = self._live() if self._live is not None else None
         if live is not None:  # an iteration still held: it ends here, with its stages'
             try:  # threads and files (num_workers=0: they run in this process)
                 live.close()  # type: ignore[attr-defined]
-            except ValueError:  # running in another thread: it ends with the buffers
-                pass
+            except ValueError:  # running in another thread: num_workers=0 ends it at its
+                pass  # next batch (``_count_local``), workers by the shutdown below
         if self._dl_iter is not None:
             self._shutdown(self._dl_iter)
         self._dl = None
@@ -465,6 +466,8 @@ class Loader:
         batches = iter(it)
         try:
             while True:
+                if self._closed:  # close() from another thread: end at this batch
+                    return
                 t0 = time.monotonic()
                 try:
                     batch = next(batches)

@@ -127,6 +127,15 @@ class MixSpec:
             "and num_workers)"
         )
 
+    def state_refusal(self) -> str | None:
+        """A mix saves its sources' states: one that has none refuses for the mix (its
+        samples could not be fetched back at the resume)."""
+        for k, p in enumerate(self.pipelines):
+            refused = p._src.state_refusal()
+            if refused is not None:
+                return f"{self.label(k)}: {refused}"
+        return None
+
     def sizes(self) -> None:
         return None
 

@@ -42,6 +42,7 @@ next ``put``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
@@ -58,6 +59,7 @@ from .window import Window
 __all__ = ["ThreadPrefetcher", "prefetch"]
 
 T = TypeVar("T")
+log = logging.getLogger("streambuf")
 _END = object()
 _CLOSED = iter(())  # the source's iterator once closed (``close_source``): ends at once
 MAX_THREADS = 64  # threads="auto": the default ceiling per process
@@ -326,7 +328,10 @@ class ThreadPrefetcher(Generic[T]):
         self._it = _CLOSED
         close = getattr(it, "close", None)
         if close is not None:
-            close()
+            try:
+                close()
+            except Exception as exc:  # closing must not hide the real outcome
+                log.warning("streambuf: %s: error while closing its source: %r", self.name, exc)
 
     def _set_paused(self, paused: bool) -> None:
         with self._pause:
@@ -380,9 +385,11 @@ class ThreadPrefetcher(Generic[T]):
                     self._tick()
                     yield item
         finally:
-            self._stop()
-            if gauge is not None:
-                gauge(0)
+            try:
+                self._stop()
+            finally:
+                if gauge is not None:
+                    gauge(0)
 
     def _all_delivered(self) -> bool:
         with self._src_lock:

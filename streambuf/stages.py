@@ -574,7 +574,5 @@ def prefetch_items(
 ) -> Iterator[Any]:
     """Run the upstream stages ahead on a background thread, bounded by items and bytes."""
     pf: ThreadPrefetcher[Any]
-    with ThreadPrefetcher(
-        it, max_items=max_items, max_bytes=max_bytes, threads=threads, close_source=True
-    ) as pf:
+    with ThreadPrefetcher(it, max_items=max_items, max_bytes=max_bytes, threads=threads) as pf:
         yield from pf

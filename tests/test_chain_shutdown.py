@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -121,6 +122,56 @@ def test_every_threaded_stage_of_a_chain_stops_when_the_consumer_stops(
     assert files == [], f"{chain}, {end}: shard files still open: {files}"
 
 
+class _CleanupFails(sb.Stage):
+    """A user stage whose clean-up raises (a file that cannot be flushed, say)."""
+
+    def iterate(self, samples, state):  # type: ignore[no-untyped-def]
+        try:
+            yield from samples
+        finally:
+            raise OSError("clean-up failed")
+
+
+def _fails_at_10(x: int) -> int:
+    if x == 10:
+        raise KeyError("the real error")
+    return x
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_failing_clean_up_upstream_does_not_replace_the_error(workers: int) -> None:
+    """Closing the upstream stage (its ``finally`` raising) must not hide the exception
+    the threaded stage is delivering: the user sees the ``KeyError``, not the clean-up's
+    ``OSError`` (logged instead), and a break still ends quietly (found by review)."""
+    pipe = sb.Pipeline(list(range(200))).compose(_CleanupFails()).map(_fails_at_10, threads=2)
+    with pytest.raises(KeyError, match="the real error"):
+        with sb.Loader(pipe.batch(4), num_workers=workers, max_batches=4, max_bytes="64MiB") as ld:
+            for _ in ld:
+                pass
+    quiet = sb.Pipeline(list(range(200))).compose(_CleanupFails()).map(abs, threads=2)
+    for i, _ in enumerate(quiet):
+        if i == 5:
+            break
+    assert wait_for_threads(timeout_s=5.0) == []
+
+
+def test_loader_close_from_another_thread_ends_an_in_process_iteration() -> None:
+    """``num_workers=0``: the iteration runs in the caller's thread, which ``close()``
+    from another thread cannot interrupt; it ends after the batch it waits for, and its
+    stages stop (found by review: it ran on)."""
+    pipe = sb.Pipeline(range(100_000)).map(lambda x: (time.sleep(0.001), x)[1], threads=2)
+    loader = sb.Loader(pipe.batch(4), num_workers=0, max_batches=4, max_bytes="64MiB")
+    closer = threading.Timer(0.3, loader.close)
+    closer.start()
+    t0 = time.monotonic()
+    n = 0
+    for _ in loader:
+        n += 1
+        assert time.monotonic() - t0 < 10, "still iterating long after close()"
+    closer.join(5)
+    assert n < 25_000 and wait_for_threads(timeout_s=5.0) == []
+
+
 def test_persistent_workers_do_not_gather_threads_epoch_after_epoch(paths: list[str]) -> None:
     """Two persistent workers, each epoch left after a few batches: the workers' thread
     and file counts stay where the first epoch left them, and the stage gauges read 0
@@ -143,7 +194,23 @@ def test_persistent_workers_do_not_gather_threads_epoch_after_epoch(paths: list[
                 time.sleep(0.05)
             rows = pipe.stats().threads
             assert len(rows) == 2 and all(r.running == 0 for r in rows), rows
-            workers = psutil.Process().children()
-            seen.append((sum(w.num_threads() for w in workers), sum(w.num_fds() for w in workers)))
+            # the gauges go to 0 as a stage's threads are joined, its files a moment
+            # later: read the counts once they stop falling (the first epoch's too)
+            seen.append(_settled_counts(psutil.Process().children(), seen[0] if seen else None))
     threads, fds = zip(*seen)
     assert max(threads[1:]) <= threads[0] and max(fds[1:]) <= fds[0], seen
+
+
+def _settled_counts(workers: list, baseline: tuple[int, int] | None) -> tuple[int, int]:
+    """The workers' thread and descriptor counts, read until they reach ``baseline``
+    (later epochs) or hold still for 0.5 s (the first), within 10 s."""
+    deadline = time.monotonic() + 10.0
+    last = None
+    while True:
+        now = (sum(w.num_threads() for w in workers), sum(w.num_fds() for w in workers))
+        if baseline is not None and now[0] <= baseline[0] and now[1] <= baseline[1]:
+            return now
+        if (baseline is None and now == last) or time.monotonic() > deadline:
+            return now
+        last = now
+        time.sleep(0.5)

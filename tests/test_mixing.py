@@ -138,3 +138,26 @@ def test_a_state_of_other_mixed_sources_does_not_load():
     for other in (mixed_pipe(sizes=(8, 5)), mixed_pipe(stop="never")):
         with pytest.raises(ValueError, match="mixed sources differ"):
             other.batch(4).load_state_dict(state)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_mix_with_a_one_shot_source_refuses_to_save_and_names_it(workers):
+    """A one-shot iterable has no state; in a mix it made ``state_dict()`` succeed and
+    the resume fail at its first batch ("cannot fetch samples back", no source named).
+    The mix refuses at the save, as the plain pipeline does, naming the source."""
+
+    def make():
+        gen = sb.Pipeline(i for i in range(100, 110))
+        return sb.mix([sb.Pipeline(list(range(40))), gen], weights=[0.5, 0.5], seed=1).batch(4)
+
+    with pytest.raises(ValueError, match="one-shot iterable has no state") as plain:
+        sb.Loader(
+            sb.Pipeline(i for i in range(3)), num_workers=0, max_batches=2, max_bytes="1MiB"
+        ).state_dict()
+    with sb.Loader(make(), num_workers=workers, max_batches=4, max_bytes="64MiB") as loader:
+        it = iter(loader)
+        next(it)
+        with pytest.raises(ValueError, match=r"mixed source 1 \(") as mixed:
+            loader.state_dict()
+        it.close()
+    assert str(plain.value) in str(mixed.value)

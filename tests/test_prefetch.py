@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from streambuf import ThreadPrefetcher, prefetch
+from streambuf.stages import prefetch_items
 from tests.helpers import wait_for_threads
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("no_thread_leak")]
@@ -128,12 +129,13 @@ def test_an_owned_source_is_closed_at_the_stop_even_from_inside_a_read():
     def users():
         yield from range(100)
 
-    mine = users()
-    for x in prefetch(mine, max_items=2, max_bytes="1MiB"):
-        if x == 3:
-            break
-    assert wait_for_threads(timeout_s=1.0) == []
-    assert mine.gi_frame is not None  # not closed: the caller's to close
+    for helper in (prefetch, prefetch_items):
+        mine = users()
+        for x in helper(mine, max_items=2, max_bytes="1MiB"):
+            if x == 3:
+                break
+        assert wait_for_threads(timeout_s=1.0) == []
+        assert mine.gi_frame is not None, helper  # not closed: the caller's to close
 
 
 @pytest.mark.parametrize("threads", [4, "auto"])

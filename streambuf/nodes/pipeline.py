@@ -54,11 +54,9 @@ class PipelineNode(BaseNode[Any]):
         super().__init__()
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline={pipeline!r} must be a streambuf.Pipeline")
-        if pipeline.num_shards() is None:
-            raise ValueError(
-                "PipelineNode needs a pipeline over a sequence (a list of shards or items): "
-                "a one-shot iterable has no state to save"
-            )
+        refused = pipeline._src.state_refusal()
+        if refused is not None:
+            raise ValueError(f"PipelineNode needs a pipeline with a state to save: {refused}")
         self.pipeline = pipeline
         self._iteration: Iteration | None = None
         self._it: Iterator[Any] | None = None

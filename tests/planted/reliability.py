@@ -153,6 +153,29 @@ MUTANTS = [
         f"{CHAIN}::test_every_threaded_stage_of_a_chain_stops_when_the_consumer_stops",
     ),
     _m(
+        "an error while closing the upstream stage replaces the error being delivered",
+        "streambuf/prefetch.py",
+        "            try:\n                close()\n            except Exception as exc:  # closing",
+        "            try:\n                close()\n            except ZeroDivisionError as exc:  # closing",
+        f"{CHAIN}::test_a_failing_clean_up_upstream_does_not_replace_the_error",
+    ),
+    _m(
+        "Loader.close() from another thread leaves an in-process iteration running",
+        "streambuf/loader.py",
+        "                if self._closed:  # close() from another thread: end at this batch",
+        "                if False:  # close() from another thread: end at this batch",
+        f"{CHAIN}::test_loader_close_from_another_thread_ends_an_in_process_iteration",
+    ),
+    _m(
+        "a mix saves a state although one of its sources is a one-shot iterable",
+        "streambuf/mixing.py",
+        "            refused = p._src.state_refusal()\n            if refused is not None:\n"
+        '                return f"{self.label(k)}: {refused}"',
+        "            refused = p._src.state_refusal()\n            if refused is None:\n"
+        '                return f"{self.label(k)}: {refused}"',
+        "tests/test_mixing.py::test_a_mix_with_a_one_shot_source_refuses_to_save_and_names_it",
+    ),
+    _m(
         "forked workers collect (and finalize) the parent's garbage",
         "streambuf/loader.py",
         "with frozen_for_fork(self._ctx.get_start_method()):",
