@@ -20,6 +20,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,20 @@ from ._report import Headline
 _STOP = object()
 
 
+def _timed(produce: Callable[[], None], consume: Callable[[], int], items: int, what: str) -> float:
+    """Items/s through a hand-off: ``produce`` on its own thread, ``consume`` here (it
+    returns how many items it took, which must be all ``items``)."""
+    th = threading.Thread(target=produce, daemon=True)
+    t0 = time.perf_counter()
+    th.start()
+    n = consume()
+    dt = time.perf_counter() - t0
+    th.join(10)
+    if n != items:
+        raise RuntimeError(f"{what} delivered {n} of {items} items")
+    return n / dt
+
+
 def _run_queue(items: list[Any], depth: int) -> float:
     q: queue.Queue[Any] = queue.Queue(maxsize=depth)
 
@@ -40,17 +55,13 @@ def _run_queue(items: list[Any], depth: int) -> float:
             q.put(x)
         q.put(_STOP)
 
-    th = threading.Thread(target=produce, daemon=True)
-    t0 = time.perf_counter()
-    th.start()
-    n = 0
-    while q.get() is not _STOP:
-        n += 1
-    dt = time.perf_counter() - t0
-    th.join(10)
-    if n != len(items):
-        raise RuntimeError(f"queue.Queue delivered {n} of {len(items)} items")
-    return n / dt
+    def consume() -> int:
+        n = 0
+        while q.get() is not _STOP:
+            n += 1
+        return n
+
+    return _timed(produce, consume, len(items), "queue.Queue")
 
 
 def _run_buffer(items: list[Any], depth: int) -> float:
@@ -61,17 +72,13 @@ def _run_buffer(items: list[Any], depth: int) -> float:
             buf.put(x)
         buf.close()
 
-    th = threading.Thread(target=produce, daemon=True)
-    t0 = time.perf_counter()
-    th.start()
-    n = 0
-    for _ in buf:
-        n += 1
-    dt = time.perf_counter() - t0
-    th.join(10)
-    if n != len(items):
-        raise RuntimeError(f"BoundedBuffer delivered {n} of {len(items)} items")
-    return n / dt
+    def consume() -> int:
+        n = 0
+        for _ in buf:
+            n += 1
+        return n
+
+    return _timed(produce, consume, len(items), "BoundedBuffer")
 
 
 def _run_buffer_many(items: list[Any], depth: int, chunk: int = 64) -> float:
@@ -82,20 +89,15 @@ def _run_buffer_many(items: list[Any], depth: int, chunk: int = 64) -> float:
             buf.put_many(items[i : i + chunk])
         buf.close()
 
-    th = threading.Thread(target=produce, daemon=True)
-    t0 = time.perf_counter()
-    th.start()
-    n = 0
-    while True:
-        try:
-            n += len(buf.get_many(chunk))
-        except BufferClosed:
-            break
-    dt = time.perf_counter() - t0
-    th.join(10)
-    if n != len(items):
-        raise RuntimeError(f"BoundedBuffer.get_many delivered {n} of {len(items)} items")
-    return n / dt
+    def consume() -> int:
+        n = 0
+        while True:
+            try:
+                n += len(buf.get_many(chunk))
+            except BufferClosed:
+                return n
+
+    return _timed(produce, consume, len(items), "BoundedBuffer.get_many")
 
 
 def _run_lean(items: list[Any], depth: int, chunk: int = 64) -> float:
@@ -119,24 +121,19 @@ def _run_lean(items: list[Any], depth: int, chunk: int = 64) -> float:
             closed = True
             cv.notify()
 
-    th = threading.Thread(target=produce, daemon=True)
-    t0 = time.perf_counter()
-    th.start()
-    n = 0
-    while True:
-        with cv:
-            while not dq and not closed:
-                cv.wait(10)
-            if not dq:
-                break
-            got = [dq.popleft() for _ in range(min(chunk, len(dq)))]
-            cv.notify()
-        n += len(got)
-    dt = time.perf_counter() - t0
-    th.join(10)
-    if n != len(items):
-        raise RuntimeError(f"the lean hand-off delivered {n} of {len(items)} items")
-    return n / dt
+    def consume() -> int:
+        n = 0
+        while True:
+            with cv:
+                while not dq and not closed:
+                    cv.wait(10)
+                if not dq:
+                    return n
+                got = [dq.popleft() for _ in range(min(chunk, len(dq)))]
+                cv.notify()
+            n += len(got)
+
+    return _timed(produce, consume, len(items), "the lean hand-off")
 
 
 def _ping_pong_us(rounds: int) -> float:
