@@ -91,25 +91,31 @@ def test_the_gpu_decode_check_script_parses_and_names_its_modes():
     assert got.returncode == 2 and "prepare|device" in got.stderr
 
 
-def test_the_autotune_check_script_runs_its_checks_tiny(tmp_path):
-    """benchmarks/autotune_check.sh's device mode runs issue 26's checks on a machine with
-    more cores; its smoke mode runs the same three commands in their tiny modes here."""
+def test_the_device_session_script_runs_its_steps_tiny(tmp_path):
+    """benchmarks/device_session.sh's device mode runs, in one call of the device tool,
+    the buffer benchmark, issue 26's checks, the GPU benchmark and the NVDEC test; its
+    smoke mode runs the same commands in their tiny modes here (the GPU benchmark on its
+    CPU stand-in), under the same step caps and the same 8-file output."""
     import os
     import subprocess
     import sys
 
-    script = SCRIPTS / "autotune_check.sh"
+    script = SCRIPTS / "device_session.sh"
     got = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
     assert got.returncode == 2 and "prepare|device|smoke" in got.stderr
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path))
     done = subprocess.run(
         ["bash", str(script), "smoke"], capture_output=True, text=True, timeout=240, env=env
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "skipped" not in done.stdout.split("== nvdec")[0]  # every step ran
     assert "cpu_limit" in (tmp_path / "machine.log").read_text()
     assert "streambuf auto" in (tmp_path / "curve.log").read_text()
-    assert "auto threads" in (tmp_path / "mixed.log").read_text()
-    assert "cpu-bound: streambuf" in (tmp_path / "cpu.log").read_text()
+    assert "ints_get_many" in (tmp_path / "buffer.log").read_text()
+    assert "busy %" in (tmp_path / "gpu.log").read_text()
+    assert " passed" in (tmp_path / "nvdec.log").read_text()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) <= 8 and "results.tgz" in files, files  # what the device tool returns
 
 
 def test_the_auto_threads_curve_runs_tiny(capsys):
