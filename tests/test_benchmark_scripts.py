@@ -208,3 +208,16 @@ def test_the_ab_revisions_script_runs_tiny(capsys):
     assert "streambuf-ab-" not in out
     with pytest.raises(SystemExit, match="no such row"):
         script.main(["--base", "HEAD", "--bench", "mixed", "--tiny", "--rows", "nope"])
+
+
+def test_the_disk_rounds_script_runs_tiny(capsys):
+    out = _script("disk_rounds").main(["--tiny"])
+    assert out["rounds"] == 1 and out["batch"] == 32
+    assert set(out["rates"]) == {
+        "streambuf lanes=3",
+        "webdataset per sample",
+        "webdataset batched",
+    }
+    ours = out["rates"]["streambuf lanes=3"][0]
+    assert out["webdataset per sample"] == ours / out["rates"]["webdataset per sample"][0]
+    assert "median" in capsys.readouterr().out

@@ -1,0 +1,67 @@
+"""Local tar shards, per round: streambuf against webdataset on the same files, more
+rounds than ``streambuf bench network`` runs (its 3 runs of a disk row spread 30% on the
+2-core VM: one run each cannot tell 1.34x from 1.6x).
+
+The disk sections of ``bench network`` (its full settings: 100 KB samples in WebDataset
+shards on local disk, 2 workers), interleaved and rotated, each run in this process as
+the benchmark runs them; per round, streambuf's rate over webdataset's (per sample, and
+batched), and the median of those ratios:
+
+    python benchmarks/disk_rounds.py                 # batch 32 (issue 25's "batched 32"), 7 rounds
+    python benchmarks/disk_rounds.py --batch 16 --rounds 9
+    python benchmarks/disk_rounds.py --tiny          # seconds (a smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from streambuf.bench import network
+from streambuf.bench._harness import interleaved
+from streambuf.bench._shards import make_shards
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=network.BIG_BATCH)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--tiny", action="store_true", help="the tiny settings, one round")
+    args = parser.parse_args(argv)
+    s = network.local(network.settings("tiny" if args.tiny else "full"), batch_size=args.batch)
+    rounds = 1 if args.tiny else args.rounds
+    with tempfile.TemporaryDirectory(prefix="streambuf-disk-rounds-") as tmp:
+        index = make_shards(
+            Path(tmp), shards=s["shards"], per_shard=s["per_shard"], sample_bytes=s["sample_bytes"]
+        )
+        urls = [str(Path(tmp) / n) for n in sorted({name for name, _, _ in index})]
+        runs = {
+            f"streambuf lanes={s['lanes']}": lambda: network._streambuf(urls, s, None),
+            "webdataset per sample": lambda: network._webdataset(urls, s, batched=False, s3=None),
+            "webdataset batched": lambda: network._webdataset(urls, s, batched=True, s3=None),
+        }
+        cfgs = [{"name": name} for name in runs]
+        got = interleaved(cfgs, lambda c: runs[c["name"]](), repeats=rounds, label="disk")
+    rates = {c["name"]: [r["samples_per_s"] for r in g] for c, g in zip(cfgs, got)}
+    ours = rates[cfgs[0]["name"]]
+    out: dict[str, Any] = {"batch": args.batch, "rounds": rounds, "rates": rates}
+    print(
+        f"local tar, batch {args.batch}, {rounds} rounds (samples/s; x = streambuf / peer, per round)"
+    )
+    for name, rate in rates.items():
+        line = (
+            f"{name:<24} median {statistics.median(rate):>9,.0f}  runs {[round(x) for x in rate]}"
+        )
+        if name != cfgs[0]["name"]:
+            ratios = [a / b for a, b in zip(ours, rate)]
+            out[name] = statistics.median(ratios)
+            line += f"  x {[round(x, 2) for x in ratios]}, median {out[name]:.2f}"
+        print(line)
+    return out
+
+
+if __name__ == "__main__":
+    main()
