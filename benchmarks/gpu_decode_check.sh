@@ -4,8 +4,9 @@
 # tool: Python 3.12 with a CUDA torch, no PyAV, nothing fetched there).
 #
 #   here, in the repo root:  bash benchmarks/gpu_decode_check.sh prepare
-#       downloads PyAV and torchdata wheels for Python 3.12 into .whl/ (git-ignored,
-#       ~36 MB: the working tree plus them stays under the device tool's 64 MiB)
+#       downloads PyAV, torchdata and psutil wheels for Python 3.12 into .whl/
+#       (git-ignored, ~36 MB: the working tree plus them stays under the device tool's
+#       64 MiB; benchmarks/device_session.sh prepare)
 #   there, through the device tool, with carry=[".whl"] and timeout_s=540:
 #       bash benchmarks/gpu_decode_check.sh device
 #       1. installs the wheels into /tmp/site;
@@ -20,13 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 case "${1:-}" in
-prepare)
-    mkdir -p .whl
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-        av==18.1.0 torchdata==0.11.0
-    ls -la .whl
+prepare)  # the same wheels as the device session's (PyAV, torchdata, psutil)
+    exec bash benchmarks/device_session.sh prepare
     ;;
 device)
     out="${OUT:-/tmp/gpu-decode-check}"
