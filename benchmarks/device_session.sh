@@ -22,7 +22,9 @@
 #       5. tests/video/test_gpu_decode.py, where its NVDEC end-to-end test runs.
 #   Each step's output is written under $OUT (<step>.log; the benchmarks' JSON in
 #   results.tgz).
-#   `bash benchmarks/device_session.sh smoke` runs steps 2-4 in their tiny modes here.
+#   `bash benchmarks/device_session.sh smoke` runs steps 2-5 in their tiny modes here.
+#   Its run of 2026-12-04 (docs/results/h200/) took 17 / 74 / 131 / >70 (cut; 92 alone) /
+#   35 / 13 s for steps 2-5 after a 50-90 s start: the caps below leave room for each.
 set -uo pipefail
 PY="${PYTHON:-python3}"
 cd "$(dirname "$0")/.."
@@ -63,7 +65,7 @@ EOF
     step curve 120 "$PY" benchmarks/auto_threads_curve.py "${tiny[@]}" --counts 8 16 32 --rounds 2
     step mixed 140 "$PY" benchmarks/auto_vs_fixed.py "${tiny[@]}" --section mixed \
         --fixed 4 8 16 --rounds 3
-    step cpu 70 "$PY" benchmarks/auto_vs_fixed.py "${tiny[@]}" --section cpu --rounds 3
+    step cpu 110 "$PY" benchmarks/auto_vs_fixed.py "${tiny[@]}" --section cpu --rounds 3
     step gpu 240 "$PY" benchmarks/gpu.py "${gpu[@]}" --out "$out"
     step nvdec 60 "$PY" -m pytest -q -p no:cacheprovider tests/video/test_gpu_decode.py
     # the device tool brings back 8 files at most: the benchmarks' JSON travel as one
