@@ -18,7 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Counters", "PipelineStats", "SharedCounters", "ThreadStats", "thread_gauge"]
+__all__ = [
+    "INLINE",
+    "Counters",
+    "PipelineStats",
+    "SharedCounters",
+    "ThreadStats",
+    "thread_gauge",
+]
 
 T = TypeVar("T")
 _SLOTS = 64
@@ -111,7 +118,10 @@ class ThreadStats:
         changes: count changes so far (every worker, every epoch).
         max_threads: the ceiling per worker.
         mean: threads per worker, averaged over the time workers ran the stage so far
-            (0.0 before any ran it).
+            (0.0 before any ran it; a worker running it inline counts 0).
+        inline: workers running the stage inline now (a ``map(threads="auto")`` whose
+            tuner found no thread pays: the consumer's thread runs the function; they
+            count in ``running``, with 0 threads).
     """
 
     stage: str
@@ -120,31 +130,37 @@ class ThreadStats:
     changes: int
     max_threads: int
     mean: float = 0.0
+    inline: int = 0
 
 
-# threads now, workers running, changes; thread-ns and running-ns: the mean count (report)
-THREAD_COUNTS = ("threads", "running", "changes", "thread_ns", "run_ns")
+# threads now, workers running, changes; thread-ns and running-ns: the mean count
+# (report); workers running the stage inline now
+THREAD_COUNTS = ("threads", "running", "changes", "thread_ns", "run_ns", "inline")
+INLINE = -1  # a gauge's count while the stage runs inline: running, no thread
 
 
 def thread_gauge(counters: SharedCounters, worker: int) -> Callable[[int], None]:
     """``worker``'s row of a stage's ``THREAD_COUNTS``, kept equal to the count it is
-    called with (0: the stage stopped running in this worker)."""
+    called with (0: the stage stopped running in this worker; ``INLINE``: it runs with
+    no thread). A reader of the row (``streambuf.stages``' lead) sees, between two
+    fields' writes, the increases before the decreases: a change from threads to inline
+    or back never reads as a stage that stopped."""
     shown = [0]
     since = [time.perf_counter_ns()]
 
     def show(count: int) -> None:
         now = time.perf_counter_ns()
-        dt = now - since[0] if shown[0] > 0 else 0
-        counters.add(
-            worker,
-            {
-                "threads": count - shown[0],
-                "running": (count > 0) - (shown[0] > 0),
-                "changes": int(shown[0] > 0 and count > 0 and count != shown[0]),
-                "thread_ns": shown[0] * dt,  # the count held since the last change
-                "run_ns": dt,
-            },
-        )
+        was, threads_was = shown[0] != 0, max(shown[0], 0)
+        dt = now - since[0] if was else 0
+        deltas = {
+            "threads": max(count, 0) - threads_was,
+            "running": (count != 0) - was,
+            "inline": (count == INLINE) - (shown[0] == INLINE),
+            "changes": int(was and count != 0 and count != shown[0]),
+            "thread_ns": threads_was * dt,  # the count held since the last change
+            "run_ns": dt,
+        }
+        counters.add(worker, dict(sorted(deltas.items(), key=lambda kv: kv[1] < 0)))
         shown[0], since[0] = count, now
 
     return show
@@ -154,7 +170,9 @@ def thread_stats(stage: str, counters: SharedCounters, max_threads: int) -> Thre
     """A stage's ``ThreadStats`` from its ``THREAD_COUNTS`` rows."""
     c = counters.totals()
     mean = c["thread_ns"] / c["run_ns"] if c["run_ns"] else 0.0
-    return ThreadStats(stage, c["threads"], c["running"], c["changes"], max_threads, mean)
+    return ThreadStats(
+        stage, c["threads"], c["running"], c["changes"], max_threads, mean, c["inline"]
+    )
 
 
 @dataclass(frozen=True)

@@ -17,27 +17,38 @@ downstream work included) at one count after another, and climbs:
    after a pause of at least ``align`` of the window's longest): a window cut inside a
    burst measures its fast part, or its pause, not the cycle. Where the bursts do not
    come, the window ends at ``cycles + 1`` times the time it needed (in a smooth
-   stream every item begins a "burst": nothing is waited for);
+   stream every item begins a "burst": nothing is waited for). Each window is split
+   at the burst start nearest its middle and its two halves' rates compared: their
+   relative difference, its root mean square over the last ``noise_windows`` (8), is
+   ``noise``: what a window moves by with nothing changed (0 on a quiet machine;
+   0.1-0.45 on the 2-core VM with 4 Loader workers). Every comparison below must clear it as well as
+   its own margin: a difference inside the noise is a coin flip, and a rule that moves
+   on coin flips walks wherever its asymmetries push it;
 2. **up**: double the count (a smaller step where the limit caps it), up to the
    *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
-   thread's item in flight counts against ``max_bytes``); no growth at all while
-   ``cpu_busy`` of the CPUs are busy (``cpus``: the cgroup quota and affinity;
-   ``cpu_clock``: CPU seconds of the whole cgroup, the loader's other workers and the
-   training loop included: ``streambuf.resources.cpu_seconds``). The new count is kept
-   if the rate rose by ``gain`` (5% for a doubling; a smaller step in proportion);
-   then up again;
+   thread's item in flight counts against ``max_bytes``); no growth past the most
+   threads a check has kept (the start at first) while ``cpu_busy`` of the CPUs are
+   busy (``cpus``: the cgroup quota and affinity; ``cpu_clock``: CPU seconds of the
+   whole cgroup, the loader's other workers and the training loop included:
+   ``streambuf.resources.cpu_seconds``). The new count is kept
+   if the rate rose by ``gain`` (5% for a doubling; a smaller step in proportion) and
+   by ``noise``; then up again;
 3. **down**: when the first step up did not pay (or could not be taken), halve the
    count (fewer threads may do the same work: the function holds the GIL, or something
    downstream is the limit); then down
    again (down to one thread: a GIL-bound function can be much faster on one thread
-   than on two) while the rate stays above ``fall`` of the best (in a re-check: above
-   ``keep``, a step that loses is not repeated: each window at a count that pays less
-   costs the run). The count kept: the one
-   the check began with if its rate is within ``keep`` of the best measured (a change
-   must pay more than the noise of a loaded machine) or, when the CPUs were busy, the
-   fewest threads that did at least as much as it (they contend less for the CPUs and
-   the GIL; "as much": a window's noise must not take away threads that pay); else the
-   fewest threads within ``keep`` of the best;
+   than on two; with ``inline=True`` down to 0, *inline*: no thread, the consumer runs
+   the function itself, without a hand-off) while the rate stays above ``fall`` of the
+   best (in a re-check: within ``keep``, not widened by the noise: a step that loses is
+   not repeated, each window at a count that pays less costs the run, and a noisy
+   machine would walk every re-check down to the count that costs most). The count
+   kept: the one the check began with if its rate is within ``keep`` (and the noise) of the best
+   measured (a change must pay more than the noise of a loaded machine) or, when the
+   CPUs were busy, the fewest threads that did more than it by the noise (they contend
+   less for the CPUs and the GIL; "more by the noise": else each check would be a coin
+   flip that can only go down, since busy CPUs stop growth: on the 2-core VM the mixed
+   workload walked down to 2 threads a worker and stayed); else the fewest threads
+   within ``keep`` and the noise of the best;
 4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
    seconds; the interval doubles each time a check confirms the count (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
@@ -52,6 +63,7 @@ the count parks before it takes its next item, after delivering the one it holds
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -102,6 +114,8 @@ class ThreadTuner:
         first_recheck_s: float = 0.5,
         align: float = 0.5,
         cycles: int = 3,
+        noise_windows: int = 8,
+        inline: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] = cpu_seconds,
     ) -> None:
@@ -121,10 +135,15 @@ class ThreadTuner:
         self._clock, self._cpu_clock = clock, cpu_clock
         self.align, self.cycles = align, max(1, int(cycles))
         self._t_start = clock()
+        self.least = 0 if inline else 1  # the fewest: 0 is inline (the consumer runs fn)
         self.count = max(1, min(int(start), self.limit()))
+        self._high = self.count  # the most threads a check kept (or the start)
         self.history: list[tuple[float, int, float]] = []
         self.settled_s: float | None = None
         self.busy = 0.0  # CPUs the process kept busy in the last window
+        # the relative difference of each window's two halves (the last ``noise_windows``):
+        # how much a window's rate moves with nothing changed (``noise``)
+        self._spreads: deque[float] = deque(maxlen=noise_windows)
         self._interval = min_interval_s
         self._check()
 
@@ -153,6 +172,24 @@ class ThreadTuner:
         # rebuilt when the longest grows)
         self._starts: deque[tuple[float, float, int]] = deque()
 
+    @property
+    def noise(self) -> float:
+        """How much two windows at the same count differ on this machine now: the root
+        mean square of the relative difference of the two halves of the last
+        ``noise_windows`` windows (0.0 before any window was split: a smooth stream, or
+        none measured yet). Halves with a standard deviation ``s`` differ by ``2 s^2`` in
+        the mean square, and two windows (each two halves) by ``s``: this is ~1.4 of the
+        standard deviation of a difference of two windows, a margin that noise alone
+        clears about one time in 12. Every comparison of two counts must clear it (a
+        median of a few halves' differences read 0.01-0.04 on windows 30% apart)."""
+        spreads = self._spreads
+        return math.sqrt(sum(d * d for d in spreads) / len(spreads)) if spreads else 0.0
+
+    def _near(self) -> float:
+        """The least rate that counts as "as good as ``best``", over ``best``: ``keep``,
+        lowered where the windows' noise is larger than ``1 / keep - 1``."""
+        return 1.0 / max(1.0 / self.keep, 1.0 + self.noise)
+
     def limit(self) -> int:
         """The most threads allowed now: ``max_threads`` and the byte bound's room."""
         room = self._room() if self._room is not None else self.max_threads
@@ -166,16 +203,19 @@ class ThreadTuner:
         return count
 
     def _up(self) -> int | None:
+        new = min(max(1, 2 * self.count), self.limit())
         if self.busy >= self.cpu_busy * self.cpus:
-            return None  # the CPUs are busy: more threads would only fight for them
-        new = min(2 * self.count, self.limit())
+            # the CPUs are busy: more threads than ever paid would only fight for them;
+            # but back up to a count kept before (a noisy window may have taken it away,
+            # and on busy CPUs nothing else would bring it back)
+            new = min(new, self._high)
         if new <= self.count or new in self._rates:
             return None
         self._dir = "up"
         return self._set(new)
 
     def _down(self) -> int | None:
-        new = max(1, self.count // 2)
+        new = max(self.least, self.count // 2)
         if new >= self.count or new in self._rates:
             return None
         self._dir = "down"
@@ -183,19 +223,21 @@ class ThreadTuner:
 
     def _choose(self) -> int | None:
         """End of a check: the count the check began with if its rate is within ``keep``
-        of the best measured (a change must pay more than noise; when the CPUs were
-        busy, fewer threads that did at least as much), else the fewest threads within
-        ``keep`` of the best."""
+        and ``noise`` of the best measured (a change must pay more than noise; when the
+        CPUs were busy, fewer threads that did more than it by ``noise``), else the
+        fewest threads within ``keep`` and ``noise`` of the best."""
         best = max(self._rates.values())
-        near = [c for c, r in self._rates.items() if r >= self.keep * best]
+        near = [c for c, r in self._rates.items() if r >= self._near() * best]
         if self._from in near:
             count = self._from
             if self._busy_from >= self.cpu_busy * self.cpus:
                 # on busy CPUs fewer threads doing as much are better (less contention
                 # for the CPUs and the GIL), but only if they lost nothing: a window's
                 # noise must not take away threads that pay (the mixed workload: 2
-                # threads a worker ran 0.87 of 4, inside ``keep`` of one window's noise)
-                same = self.SAME * self._rates[self._from]
+                # threads a worker ran 0.87 of 4, inside ``keep`` of one window's noise),
+                # so "as much" is beyond the noise (else every check would be a coin
+                # flip that can only go down: on busy CPUs the count never grows back)
+                same = (self.SAME + self.noise) * self._rates[self._from]
                 count = min(c for c in near if c == count or self._rates[c] >= same)
         else:
             count = min(near)
@@ -211,6 +253,7 @@ class ThreadTuner:
             # so its decision is checked again soon
             self._interval = min(self._interval, self.first_recheck_s)
         got = self._set(count) if count != self.count else None
+        self._high = max(self._high, count)
         self._state, self._decided_at = "settled", now
         return got
 
@@ -219,15 +262,17 @@ class ThreadTuner:
         self._rates[self.count] = rate
         if self._dir == "up":
             # a doubling must pay ``gain``; a smaller step (capped by the limit) in step
-            step = self.count / max(self._prev, 1) - 1.0
-            if rate >= (1.0 + (self.gain - 1.0) * step) * prev:
+            # and by more than the windows' noise (``noise``): a step that paid by noise
+            # alone would be taken back at the next check, each check a coin flip
+            step = self.count / self._prev - 1.0 if self._prev else 1.0  # (inline -> 1)
+            if rate >= (1.0 + max((self.gain - 1.0) * step, self.noise)) * prev:
                 self._climbed = True
                 got = self._up()
                 return got if got is not None else self._choose()
             if self._climbed:
                 return self._choose()
             # the first step up did not pay: try fewer threads than where the check began
-            new = max(1, self._from // 2)
+            new = max(self.least, self._from // 2)
             if new < self._from and new not in self._rates:
                 self._dir = "down"
                 return self._set(new)
@@ -302,10 +347,25 @@ class ThreadTuner:
                 and now - t_first >= self.min_window_s
             ):
                 n, span = self._n - n_first, now - t_first
+                self._spread(starts, now)
             elif dt < (self.cycles + 1) * self._ready_s:
                 return None  # wait for the bursts, a few times the time needed at most
         self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
         return self._measured(n / max(span, 1e-9))
+
+    def _spread(self, starts: deque[tuple[float, float, int]], now: float) -> None:
+        """Record how much the window's two halves differ: its bursts split at the burst
+        start nearest its middle (whole bursts each side, as the window), each half's
+        rate against their mean (``noise``)."""
+        _, t_first, n_first = starts[0]
+        middle = 0.5 * (t_first + now)
+        _, t_mid, n_mid = min(list(starts)[1:], key=lambda e: abs(e[1] - middle))
+        if not t_first < t_mid < now:
+            return
+        a = (n_mid - n_first) / (t_mid - t_first)
+        b = (self._n - n_mid) / (now - t_mid)
+        if a + b > 0.0:
+            self._spreads.append(abs(a - b) / (0.5 * (a + b)))
 
     def restart(self) -> None:
         """The stage's items stopped flowing through the threads for a while (ran
@@ -323,7 +383,7 @@ class ThreadTuner:
         """The count was set from outside (a follower took its leader's, ``Lead``) and
         this tuner decides again from now: a new check from ``count`` (within the
         limit), its interval back at the start."""
-        self.count = max(1, min(int(count), self.limit()))
+        self.count = max(self.least, min(int(count), self.limit()))
         self._interval = self.min_interval_s
         self._check()
 

@@ -18,12 +18,15 @@ for its next result *before* pulling it, so results being made count against
   next pull, delivers every item they already took (in order), then pulls from the
   source in the consumer (inline items take no number); switching back numbers the
   threads' items on from where they stopped. Order, bounds and errors are the same in
-  both modes.
+  both modes. With a fixed count ``InlineChooser`` decides; with ``threads="auto"``
+  inline is the tuner's count 0 (below one thread: one controller, its windows and
+  noise margins, decides both; ``_tuned_iter``).
 
 * ``threads="auto"``: the number of producer threads is chosen by measurement
   (``streambuf._tuner``): it starts at 4 (at most ``max_threads``), grows while the
   rate the consumer sees rises and the byte bound has room for each thread's item, and
-  shrinks when fewer threads deliver clearly more (a GIL-bound function). Lanes start as the count grows; a lane
+  shrinks when fewer threads deliver clearly more (a GIL-bound function; with
+  ``adaptive`` down to inline, count 0). Lanes start as the count grows; a lane
   above the count parks before it reserves room for its next item, after committing the
   one it made (nothing is dropped, nothing held while parked); order, bounds and errors
   are those of a fixed count. ``tuner.history`` records every change the tuner made. In
@@ -47,6 +50,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from ._counters import INLINE
 from ._inline import InlineChooser
 from ._lanes import AGAIN, LaneRunner
 from ._tuner import START_THREADS, Lead, ThreadTuner, room_for
@@ -191,9 +195,13 @@ class ThreadPrefetcher(Generic[T]):
         )
         self.tuner: ThreadTuner | None = None
         if auto:
-            self.tuner = ThreadTuner(max_threads=self._threads_n, start=start, room=self._room)
-        chooser_window = 32 if auto else max(4 * self._threads_n, 32)
-        self.chooser = InlineChooser(chooser_window) if self._adaptive else None
+            # adaptive: inline is the tuner's count 0 (one controller, ``_tuned_iter``)
+            self.tuner = ThreadTuner(
+                max_threads=self._threads_n, start=start, room=self._room, inline=self._adaptive
+            )
+        self.chooser = (
+            InlineChooser(max(4 * self._threads_n, 32)) if self._adaptive and not auto else None
+        )
 
     def held(self) -> tuple[int, int]:
         """(items, bytes) in its window now (made or being made)."""
@@ -258,12 +266,14 @@ class ThreadPrefetcher(Generic[T]):
             return lane < self._active and not self._stopped
 
     def _set_threads(self, count: int) -> None:
+        """Run ``count`` producer threads from now (0: none, the consumer runs ``fn``
+        inline: ``_tuned_iter`` pauses the producers and drains them first)."""
         with self._pause:
             self._active = count
             self._pause.notify_all()
         self._runner.start(count)
         if self._on_threads is not None:
-            self._on_threads(count)
+            self._on_threads(count if count > 0 else INLINE)
 
     def _no_more_lanes(self) -> None:
         """The source is exhausted: parked lanes end, unstarted ones never start."""
@@ -286,7 +296,7 @@ class ThreadPrefetcher(Generic[T]):
             if self._ticks % _FOLLOW_EVERY == 1:
                 want = lead.count()
                 if want is not None:
-                    want = max(1, min(want, self._threads_n, self._room()))
+                    want = max(tuner.least, min(want, self._threads_n, self._room()))
                     if want != self._active:
                         self._set_threads(want)
                     self._following = True
@@ -380,6 +390,8 @@ class ThreadPrefetcher(Generic[T]):
                 yield from self._adaptive_iter(self.chooser)
             elif self.tuner is None:
                 yield from self._runner
+            elif self.tuner.least == 0:
+                yield from self._tuned_iter()
             else:
                 for item in self._runner:
                     self._tick()
@@ -394,6 +406,66 @@ class ThreadPrefetcher(Generic[T]):
     def _all_delivered(self) -> bool:
         with self._src_lock:
             return self._delivered == self._next_index
+
+    def _inline_next(self) -> tuple[bool, Any]:
+        """The source's next item made in the consumer's thread: (True, result), or
+        (False, None) at the end."""
+        fn = self._fn
+        assert fn is not None
+        with self._src_lock:
+            got = _END if self._exhausted else self._next_locked()
+        if got is _END:
+            return False, None
+        assert isinstance(got, tuple)
+        idx, item = got
+        try:
+            out = fn(item)
+        except BaseException as exc:
+            add_note(
+                exc,
+                f"streambuf: raised in stage {self.name!r} (inline, in the consumer) "
+                f"while processing item #{idx}",
+            )
+            raise
+        self.inline_items += 1
+        return True, out
+
+    def _tuned_iter(self) -> Iterator[T]:
+        """``threads="auto"`` with ``adaptive``: the tuner's count 0 is inline (one
+        controller decides threads and inline alike, on the same windows). Going inline
+        pauses the producers at their next pull and delivers every item they took (in
+        order: *drain*), then pulls from the source here; a count >= 1 resumes them
+        (they number their items on from where they stopped). Drained items come back to
+        back: they are not ticked (a window would count them as the new mode's)."""
+        runner = self._runner.__iter__()  # a generator: closed in ``finally``
+        mode = "threads"  # threads, drain, inline; end: the source ran out inline
+        try:
+            while True:
+                if mode == "drain" and self._all_delivered():
+                    mode = "inline"
+                if mode == "inline":
+                    made, out = self._inline_next()
+                    if not made:  # the producers see the end too, the runner drains
+                        mode = "end"
+                        self._set_paused(False)
+                        continue
+                else:
+                    try:
+                        out = next(runner)
+                    except StopIteration:
+                        return
+                self._delivered += 1
+                if mode in ("threads", "inline"):
+                    self._tick()
+                    if self._active == 0 and mode == "threads":
+                        mode = "drain"
+                        self._set_paused(True)
+                    elif self._active > 0 and mode != "threads":
+                        mode = "threads"
+                        self._set_paused(False)
+                yield out
+        finally:
+            self._runner.close()
 
     def _adaptive_iter(self, chooser: InlineChooser) -> Iterator[T]:
         """Deliver from the threads or inline, as ``chooser`` decides (module docstring)."""

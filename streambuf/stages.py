@@ -195,7 +195,7 @@ class Map(Stage):
         """The workers are gone (shut down or killed): none runs a thread now, whether
         or not its stage closed (a killed worker's gauge never went back to 0)."""
         if self.counters is not None:
-            self.counters.zero(("threads", "running"))
+            self.counters.zero(("threads", "running", "inline"))
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         lanes, auto = parse_threads(self.threads, self.max_threads)
@@ -240,15 +240,21 @@ def _probed(env: Env, k: int, pf: ThreadPrefetcher[Rec]) -> Iterator[Rec]:
 
 class _WorkerZeroLead:
     """The ``Lead`` of a map stage in a Loader: worker 0 leads; a follower reads worker
-    0's row of the stage's shared thread gauges (its count, and whether it runs)."""
+    0's row of the stage's shared thread gauges (its count, whether it runs, whether it
+    runs inline: count 0)."""
 
     def __init__(self, counters: SharedCounters, worker: int) -> None:
         self.leader = worker == 0
-        self._raw, (self._threads, self._running) = counters.slots(0, ("threads", "running"))
+        self._raw, (self._threads, self._running, self._inline) = counters.slots(
+            0, ("threads", "running", "inline")
+        )
 
     def count(self) -> int | None:
-        running, threads = self._raw[self._running], self._raw[self._threads]
-        return int(threads) if running > 0 and threads > 0 else None
+        raw = self._raw
+        running, threads, inline = raw[self._running], raw[self._threads], raw[self._inline]
+        if running <= 0:
+            return None
+        return int(threads) if threads > 0 else (0 if inline > 0 else None)
 
 
 def _thread_lead(counters: SharedCounters | None) -> _WorkerZeroLead | None:

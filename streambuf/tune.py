@@ -92,6 +92,13 @@ def _chosen(pipe: Pipeline) -> float | None:
     return sum(got) / len(got) if got else None
 
 
+def _per_worker(chosen: float) -> str:
+    """A chosen count in words (0: every worker runs the function inline)."""
+    if chosen == 0:
+        return "inline (0 threads per worker: the function runs in the worker's own thread)"
+    return f"{chosen:g} threads per worker"
+
+
 def _count(trial: dict[str, Any]) -> float:
     """A trial's threads per worker, for preferring fewer: the chosen count with auto."""
     th = trial["threads"]
@@ -173,7 +180,7 @@ def tune(
                 print(
                     f"threads={th} max_batches={depth:3d}: {t['batches_per_s']:8.1f} batches/s, "
                     f"batch {t['batch_bytes'] / (1 << 20):.1f} MiB"
-                    + (f", chose {chose:g} threads per worker" if chose is not None else ""),
+                    + (f", chose {_per_worker(chose)}" if chose is not None else ""),
                     flush=True,
                 )
     best = max(t["batches_per_s"] for t in trials)
@@ -184,7 +191,7 @@ def tune(
     chose = pick.get("chosen_threads")
     reasons = (
         f"best throughput {best:.1f} batches/s; threads={pick['threads']!r}"
-        + (f" (it chose {chose:g} per worker)" if chose is not None else "")
+        + (f" (it chose {_per_worker(chose)})" if chose is not None else "")
         + ", "
         f"max_batches={pick['depth']} reach {pick['batches_per_s']:.1f} (within 5%) with the "
         "fewest threads and the smallest depth",

@@ -50,3 +50,11 @@ def test_load_pipeline_errors():
         load_pipeline("examples.latency_pipeline")
     with pytest.raises(TypeError, match=r"not a streambuf\.Pipeline"):
         load_pipeline("examples.latency_pipeline:time")
+
+
+def test_the_chosen_count_is_said_in_words() -> None:
+    from streambuf.tune import _per_worker
+
+    assert _per_worker(4.0) == "4 threads per worker"
+    assert _per_worker(2.5) == "2.5 threads per worker"
+    assert _per_worker(0.0).startswith("inline (0 threads per worker")

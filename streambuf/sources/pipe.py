@@ -167,7 +167,7 @@ class TarReader:
     def workers_ended(self) -> None:
         """The workers are gone: none runs lane threads now (their gauges go to 0)."""
         if self.thread_counters is not None:
-            self.thread_counters.zero(("threads", "running"))
+            self.thread_counters.zero(("threads", "running", "inline"))
 
     def lanes(self) -> tuple[int, str]:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""

@@ -271,7 +271,7 @@ class LaneReader:
     def workers_ended(self) -> None:
         """The workers are gone: none runs lane threads now (their gauges go to 0)."""
         if self.thread_counters is not None:
-            self.thread_counters.zero(("threads", "running"))
+            self.thread_counters.zero(("threads", "running", "inline"))
 
     def open(
         self,

@@ -12,7 +12,7 @@ MUTANTS = [
     _m(
         "the controller never shrinks (a GIL-bound function keeps its threads)",
         "streambuf/_tuner.py",
-        "            new = max(1, self._from // 2)\n",
+        "            new = max(self.least, self._from // 2)\n",
         "            new = self._from\n",
         "::test_shrinks_to_one_thread_under_gil_bound_work",
     ),
@@ -27,8 +27,8 @@ MUTANTS = [
     _m(
         "the controller grows while the CPUs are busy",
         "streambuf/_tuner.py",
-        "        if self.busy >= self.cpu_busy * self.cpus:",
-        "        if False:",
+        "        if self.busy >= self.cpu_busy * self.cpus:\n",
+        "        if False:\n",
         "::test_stops_growing_while_the_cpus_are_busy",
     ),
     _m(
@@ -152,8 +152,8 @@ MUTANTS += [
     _m(
         "a follower takes the leader's count past its own max_threads",
         "streambuf/prefetch.py",
-        "                    want = max(1, min(want, self._threads_n, self._room()))",
-        "                    want = max(1, want)",
+        "                    want = max(tuner.least, min(want, self._threads_n, self._room()))",
+        "                    want = max(tuner.least, want)",
         "::test_a_follower_takes_the_leaders_count_and_climbs_alone_when_the_leader_stops",
     ),
     _m(
@@ -166,7 +166,7 @@ MUTANTS += [
     _m(
         "adopt keeps the old count (a follower climbs from where it was, not the leader's)",
         "streambuf/_tuner.py",
-        "        self.count = max(1, min(int(count), self.limit()))",
+        "        self.count = max(self.least, min(int(count), self.limit()))",
         "        pass",
         "::test_adopt_checks_again_from_the_count_it_is_given",
     ),
@@ -180,8 +180,8 @@ MUTANTS += [
     _m(
         "a follower takes the leader's count past its own byte room",
         "streambuf/prefetch.py",
-        "                    want = max(1, min(want, self._threads_n, self._room()))",
-        "                    want = max(1, min(want, self._threads_n))",
+        "                    want = max(tuner.least, min(want, self._threads_n, self._room()))",
+        "                    want = max(tuner.least, min(want, self._threads_n))",
         "::test_a_follower_stays_within_its_own_byte_room",
     ),
 ]
@@ -288,5 +288,85 @@ MUTANTS += [
         "ITEMS_PER_THREAD = 2\n",
         "ITEMS_PER_THREAD = 1\n",
         "tests/test_prefetch.py::test_a_threaded_map_holds_two_items_a_thread_while_the_consumer_works",
+    ),
+]
+# the noise margin (2026-12-04) and inline as the tuner's count 0
+MUTANTS += [
+    _m(
+        "the windows' noise is taken as 0 (every window's rate as exact)",
+        "streambuf/_tuner.py",
+        "        return math.sqrt(sum(d * d for d in spreads) / len(spreads)) if spreads else 0.0",
+        "        return 0.0",
+        "::test_the_noise_of_a_loaded_machine_is_measured",
+        "::test_on_a_noisy_machine_the_count_does_not_walk_down",
+    ),
+    _m(
+        "on busy CPUs fewer threads are taken when one window of them reads as much",
+        "streambuf/_tuner.py",
+        "                same = (self.SAME + self.noise) * self._rates[self._from]",
+        "                same = self.SAME * self._rates[self._from]",
+        "::test_on_a_noisy_machine_the_count_stays_where_it_pays",
+    ),
+    _m(
+        "a step up is kept when it paid by the noise alone",
+        "streambuf/_tuner.py",
+        "            if rate >= (1.0 + max((self.gain - 1.0) * step, self.noise)) * prev:",
+        "            if rate >= (1.0 + (self.gain - 1.0) * step) * prev:",
+        "::test_on_a_noisy_machine_a_plateau_does_not_climb",
+    ),
+    _m(
+        "a window's halves are split at its first burst (one half empty: no noise)",
+        "streambuf/_tuner.py",
+        "        _, t_mid, n_mid = min(list(starts)[1:], key=lambda e: abs(e[1] - middle))",
+        "        _, t_mid, n_mid = starts[0]",
+        "::test_the_noise_of_a_loaded_machine_is_measured",
+    ),
+    _m(
+        "the tuner never goes below one thread (inline is never tried)",
+        "streambuf/_tuner.py",
+        "        self.least = 0 if inline else 1",
+        "        self.least = 1",
+        "::test_a_gil_bound_function_runs_inline_where_that_is_fastest",
+    ),
+    _m(
+        "going inline does not wait for the threads' items to be delivered (order lost)",
+        "streambuf/prefetch.py",
+        '                if mode == "drain" and self._all_delivered():',
+        '                if mode == "drain":',
+        "::test_order_and_exactly_once_while_the_stage_goes_inline_and_back[True]",
+    ),
+    _m(
+        "coming back from inline leaves the producers paused (a hang)",
+        "streambuf/prefetch.py",
+        '                    elif self._active > 0 and mode != "threads":\n'
+        '                        mode = "threads"\n'
+        "                        self._set_paused(False)\n",
+        '                    elif self._active > 0 and mode != "threads":\n'
+        '                        mode = "threads"\n',
+        "::test_order_and_exactly_once_while_the_stage_goes_inline_and_back[True]",
+    ),
+    _m(
+        "a follower does not follow its leader inline (it climbs alone)",
+        "streambuf/stages.py",
+        "        return int(threads) if threads > 0 else (0 if inline > 0 else None)",
+        "        return int(threads) if threads > 0 else None",
+        "::test_loader_workers_follow_worker_0_inline",
+    ),
+    _m(
+        "a worker running inline is shown as stopped",
+        "streambuf/_counters.py",
+        '            "running": (count != 0) - was,',
+        '            "running": (count > 0) - (shown[0] > 0),',
+        "::test_loader_workers_follow_worker_0_inline",
+    ),
+]
+MUTANTS += [
+    _m(
+        "on busy CPUs a count taken away by a noisy window never comes back",
+        "streambuf/_tuner.py",
+        "            new = min(new, self._high)",
+        "            return None",
+        "::test_on_busy_cpus_a_count_taken_away_comes_back",
+        "::test_on_a_noisy_machine_the_count_stays_where_it_pays",
     ),
 ]
