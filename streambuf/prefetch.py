@@ -20,7 +20,7 @@ for its next result *before* pulling it, so results being made count against
   threads' items on from where they stopped. Order, bounds and errors are the same in
   both modes. With a fixed count ``InlineChooser`` decides; with ``threads="auto"``
   inline is the tuner's count 0 (below one thread: one controller, its windows and
-  noise margins, decides both; ``_tuned_iter``).
+  noise margins, decides both; ``_TunedInline``).
 
 * ``threads="auto"``: the number of producer threads is chosen by measurement
   (``streambuf._tuner``): it starts at 4 (at most ``max_threads``), grows while the
@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from ._counters import INLINE
-from ._inline import InlineChooser
+from ._inline import Action, InlineChooser
 from ._lanes import AGAIN, LaneRunner
 from ._tuner import START_THREADS, Lead, ThreadTuner, room_for
 from ._units import check_count_or_auto, check_thread_count, parse_count
@@ -101,6 +101,38 @@ class _Steps:
 
     def __next__(self) -> Any:
         return self._step()
+
+
+class _TunedInline:
+    """``InlineChooser``'s part in ``ThreadPrefetcher._adaptive_iter`` for
+    ``threads="auto"`` with ``adaptive``: inline is the tuner's count 0 (one controller
+    decides threads and inline alike, on the same windows and noise margins), so this
+    only follows the count: it ticks the tuner on inline items (the loop ticks it on
+    threaded ones) and asks for a pause when the count falls to 0, a resume when it
+    comes back."""
+
+    def __init__(self, pf: ThreadPrefetcher[Any]) -> None:
+        self._pf = pf
+        self.inline = False  # items are made inline now
+        self.state = "threads"  # threads, drain, inline
+        self.switches = 0
+
+    def drained(self) -> None:
+        """The producers are paused and every item they made was delivered."""
+        self.inline, self.state = True, "inline"
+        self.switches += 1
+
+    def tick(self) -> Action:
+        pf = self._pf
+        if self.inline:
+            pf._tick()
+        if pf._active == 0 and self.state == "threads":
+            self.state = "drain"
+            return "pause"
+        if pf._active > 0 and self.state != "threads":
+            self.inline, self.state = False, "threads"
+            return "resume"
+        return "none"
 
 
 class ThreadPrefetcher(Generic[T]):
@@ -195,7 +227,7 @@ class ThreadPrefetcher(Generic[T]):
         )
         self.tuner: ThreadTuner | None = None
         if auto:
-            # adaptive: inline is the tuner's count 0 (one controller, ``_tuned_iter``)
+            # adaptive: inline is the tuner's count 0 (one controller, ``_TunedInline``)
             self.tuner = ThreadTuner(
                 max_threads=self._threads_n, start=start, room=self._room, inline=self._adaptive
             )
@@ -267,7 +299,7 @@ class ThreadPrefetcher(Generic[T]):
 
     def _set_threads(self, count: int) -> None:
         """Run ``count`` producer threads from now (0: none, the consumer runs ``fn``
-        inline: ``_tuned_iter`` pauses the producers and drains them first)."""
+        inline: ``_adaptive_iter`` pauses the producers and drains them first)."""
         with self._pause:
             self._active = count
             self._pause.notify_all()
@@ -391,7 +423,7 @@ class ThreadPrefetcher(Generic[T]):
             elif self.tuner is None:
                 yield from self._runner
             elif self.tuner.least == 0:
-                yield from self._tuned_iter()
+                yield from self._adaptive_iter(_TunedInline(self))
             else:
                 for item in self._runner:
                     self._tick()
@@ -430,71 +462,24 @@ class ThreadPrefetcher(Generic[T]):
         self.inline_items += 1
         return True, out
 
-    def _tuned_iter(self) -> Iterator[T]:
-        """``threads="auto"`` with ``adaptive``: the tuner's count 0 is inline (one
-        controller decides threads and inline alike, on the same windows). Going inline
-        pauses the producers at their next pull and delivers every item they took (in
-        order: *drain*), then pulls from the source here; a count >= 1 resumes them
-        (they number their items on from where they stopped). Drained items come back to
-        back: they are not ticked (a window would count them as the new mode's)."""
-        runner = self._runner.__iter__()  # a generator: closed in ``finally``
-        mode = "threads"  # threads, drain, inline; end: the source ran out inline
-        try:
-            while True:
-                if mode == "drain" and self._all_delivered():
-                    mode = "inline"
-                if mode == "inline":
-                    made, out = self._inline_next()
-                    if not made:  # the producers see the end too, the runner drains
-                        mode = "end"
-                        self._set_paused(False)
-                        continue
-                else:
-                    try:
-                        out = next(runner)
-                    except StopIteration:
-                        return
-                self._delivered += 1
-                if mode in ("threads", "inline"):
-                    self._tick()
-                    if self._active == 0 and mode == "threads":
-                        mode = "drain"
-                        self._set_paused(True)
-                    elif self._active > 0 and mode != "threads":
-                        mode = "threads"
-                        self._set_paused(False)
-                yield out
-        finally:
-            self._runner.close()
-
-    def _adaptive_iter(self, chooser: InlineChooser) -> Iterator[T]:
-        """Deliver from the threads or inline, as ``chooser`` decides (module docstring)."""
-        fn = self._fn
-        assert fn is not None
+    def _adaptive_iter(self, chooser: InlineChooser | _TunedInline) -> Iterator[T]:
+        """Deliver from the threads or inline, as ``chooser`` decides (module docstring):
+        going inline pauses the producers at their next pull and delivers every item
+        they took (in order: *drain*), then pulls from the source here; back to threads
+        resumes them (they number their items on from where they stopped). Drained items
+        come back to back: they are not ticked (a window would count them as the new
+        mode's)."""
         runner = self._runner.__iter__()  # a generator: closed in ``finally``
         try:
             while True:
                 if chooser.state == "drain" and self._all_delivered():
                     chooser.drained()
                 if chooser.inline:
-                    with self._src_lock:
-                        got = _END if self._exhausted else self._next_locked()
-                    if got is _END:  # the producers end too, the runner drains
+                    made, out = self._inline_next()
+                    if not made:  # the producers end too, the runner drains
                         chooser.inline = False
                         self._set_paused(False)
                         continue
-                    assert isinstance(got, tuple)
-                    idx, item = got
-                    try:
-                        out = fn(item)
-                    except BaseException as exc:
-                        add_note(
-                            exc,
-                            f"streambuf: raised in stage {self.name!r} (inline, in the "
-                            f"consumer) while processing item #{idx}",
-                        )
-                        raise
-                    self.inline_items += 1
                 else:
                     try:
                         out = next(runner)

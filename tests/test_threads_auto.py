@@ -856,7 +856,9 @@ def test_a_follower_stays_within_its_own_byte_room() -> None:
 
 class ByWorker(TunerDouble):
     """In place of ThreadTuner in Loader workers (forked: inherited): worker 0 climbs to
-    9 threads, every other worker's own climb would go to 1."""
+    ``LEADS`` threads, every other worker's own climb would go to ``OWN``."""
+
+    LEADS, OWN = 9, 1
 
     def __init__(
         self, *, max_threads: int, room: Callable[[], int], start: int = 4, inline: bool = False
@@ -864,7 +866,8 @@ class ByWorker(TunerDouble):
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
-        self.target = 9 if info is None or info.id == 0 else 1
+        self.least = 0 if inline else 1
+        self.target = self.LEADS if info is None or info.id == 0 else self.OWN
         self.count, self.n = start, 0
 
     def tick(self) -> int | None:
@@ -886,52 +889,15 @@ def test_loader_workers_take_worker_0s_count(monkeypatch) -> None:  # type: igno
 
     module = importlib.import_module("streambuf.prefetch")  # the name is also a function
     monkeypatch.setattr(module, "ThreadTuner", ByWorker)
-    pipe = sb.Pipeline(range(2000)).map(slow, threads="auto", max_threads=16).batch(16)
-    totals = []
-    with sb.Loader(
-        pipe,
-        num_workers=2,
-        max_batches=4,
-        max_bytes="64MiB",
-        timeout_s=60,
-        multiprocessing_context="fork",
-    ) as loader:
-        out = []
-        for b in loader:
-            out.extend(b.tolist())
-            totals.append(pipe.stats().threads[0].threads)
-    assert sorted(out) == list(range(2000))
+    seen = _two_workers()
+    totals = [s.threads for s in seen]
     # worker 1 runs worker 0's 9 threads, not the 1 its own climb would choose
     assert totals.count(18) >= len(totals) // 2, totals
 
 
-class InlineLeader(TunerDouble):
-    """In place of ThreadTuner in Loader workers: worker 0 goes inline (count 0) after a
-    few items; every other worker's own climb would stay at 4."""
-
-    def __init__(
-        self, *, max_threads: int, room: Callable[[], int], start: int = 4, inline: bool = False
-    ) -> None:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
-        self.least = 0 if inline else 1
-        self.target = 0 if info is None or info.id == 0 else start
-        self.count, self.n = start, 0
-
-    def tick(self) -> int | None:
-        self.n += 1
-        if self.n >= 4 and self.count != self.target:
-            self.count = self.target
-            return self.count
-        return None
-
-
-def test_loader_workers_follow_worker_0_inline(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import importlib
-
-    module = importlib.import_module("streambuf.prefetch")
-    monkeypatch.setattr(module, "ThreadTuner", InlineLeader)
+def _two_workers() -> list[sb.ThreadStats]:
+    """A ``threads="auto"`` map through a Loader of 2 (forked) workers: its thread
+    stats after each batch (every sample delivered once, checked)."""
     pipe = sb.Pipeline(range(2000)).map(slow, threads="auto", max_threads=16).batch(16)
     seen = []
     with sb.Loader(
@@ -947,9 +913,26 @@ def test_loader_workers_follow_worker_0_inline(monkeypatch) -> None:  # type: ig
             out.extend(b.tolist())
             seen.append(pipe.stats().threads[0])
     assert sorted(out) == list(range(2000))
+    end = pipe.stats().threads[0]
+    assert end.running == 0 and end.inline == 0 and end.threads == 0
+    return seen
+
+
+class InlineLeader(ByWorker):
+    """Worker 0 goes inline (count 0) after a few items; every other worker's own climb
+    would stay at 4."""
+
+    LEADS, OWN = 0, 4
+
+
+@pytest.mark.serial
+def test_loader_workers_follow_worker_0_inline(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib
+
+    module = importlib.import_module("streambuf.prefetch")
+    monkeypatch.setattr(module, "ThreadTuner", InlineLeader)
+    seen = _two_workers()
     # both workers run the stage inline (worker 1 took worker 0's 0, not its own 4):
     # running, with no thread
     both = [s for s in seen if s.running == 2 and s.inline == 2 and s.threads == 0]
     assert len(both) >= len(seen) // 2, seen
-    end = pipe.stats().threads[0]
-    assert end.running == 0 and end.inline == 0 and end.threads == 0

@@ -331,18 +331,15 @@ MUTANTS += [
     _m(
         "going inline does not wait for the threads' items to be delivered (order lost)",
         "streambuf/prefetch.py",
-        '                if mode == "drain" and self._all_delivered():',
-        '                if mode == "drain":',
+        '                if chooser.state == "drain" and self._all_delivered():',
+        '                if chooser.state == "drain":',
         "::test_order_and_exactly_once_while_the_stage_goes_inline_and_back[True]",
     ),
     _m(
         "coming back from inline leaves the producers paused (a hang)",
         "streambuf/prefetch.py",
-        '                    elif self._active > 0 and mode != "threads":\n'
-        '                        mode = "threads"\n'
-        "                        self._set_paused(False)\n",
-        '                    elif self._active > 0 and mode != "threads":\n'
-        '                        mode = "threads"\n',
+        '            self.inline, self.state = False, "threads"\n            return "resume"',
+        '            self.inline, self.state = False, "threads"\n            return "none"',
         "::test_order_and_exactly_once_while_the_stage_goes_inline_and_back[True]",
     ),
     _m(
