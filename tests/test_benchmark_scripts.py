@@ -221,3 +221,15 @@ def test_the_disk_rounds_script_runs_tiny(capsys):
     ours = out["rates"]["streambuf lanes=3"][0]
     assert out["webdataset per sample"] == ours / out["rates"]["webdataset per sample"][0]
     assert "median" in capsys.readouterr().out
+
+
+def test_the_tuner_trace_script_runs_tiny(capsys):
+    got = _script("trace_tuner").main(["--tiny", "--batches", "40"])
+    assert got["row"] == "streambuf 2x auto threads"
+    assert got["report"]["samples"] == got["report"]["expected_samples"]
+    # worker 0 (at least) made a decision, with what it measured
+    lines = [line for trace in got["traces"].values() for line in trace]
+    assert any("kept" in line and "noise" in line for line in lines), got["traces"]
+    assert "batches/s" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no such row"):
+        _script("trace_tuner").main(["--tiny", "--row", "nope"])
