@@ -22,6 +22,7 @@ import importlib
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,11 @@ def _configs(bench: str, mode: str) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in got}
 
 
-def _record(where: Path) -> None:
+def _record(where: Path) -> Callable[[], None]:
     """Patch ``ThreadTuner`` so that each change and each decision is appended to a
-    file per process under ``where`` (workers forked after this inherit it)."""
+    file per process under ``where`` (workers forked after this inherit it); returns
+    what undoes the patch (call it before ``where`` goes: a later run in this process,
+    a test's, must not write there)."""
     tuner_mod = importlib.import_module("streambuf._tuner")
     cls = tuner_mod.ThreadTuner
     t0 = time.perf_counter()
@@ -73,6 +76,11 @@ def _record(where: Path) -> None:
 
     cls._set, cls._choose = _set, _choose  # type: ignore[method-assign]
 
+    def undo() -> None:
+        cls._set, cls._choose = set_count, choose  # type: ignore[method-assign]
+
+    return undo
+
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
@@ -87,9 +95,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"no such row {name!r}; rows: {sorted(configs)}")
     with tempfile.TemporaryDirectory(prefix="streambuf-trace-") as tmp:
         where = Path(tmp)
-        _record(where)
-        cfg = configs[name]
-        report = run_loader(cfg if args.batches is None else dict(cfg, batches=args.batches))
+        undo = _record(where)
+        try:
+            cfg = configs[name]
+            report = run_loader(cfg if args.batches is None else dict(cfg, batches=args.batches))
+        finally:
+            undo()
         traces = {p.stem: p.read_text().splitlines() for p in sorted(where.glob("*.log"))}
     print(f"{name}: {report['batches_per_s']:.1f} batches/s")
     print(f"threads over the workers (s, count): {report.get('threads_over_time')}")

@@ -224,7 +224,12 @@ def test_the_disk_rounds_script_runs_tiny(capsys):
 
 
 def test_the_tuner_trace_script_runs_tiny(capsys):
+    from streambuf._tuner import ThreadTuner
+
+    before = (ThreadTuner._set, ThreadTuner._choose)
     got = _script("trace_tuner").main(["--tiny", "--batches", "40"])
+    # the recording is undone (a later Loader in this process writes nothing)
+    assert (ThreadTuner._set, ThreadTuner._choose) == before
     assert got["row"] == "streambuf 2x auto threads"
     assert got["report"]["samples"] == got["report"]["expected_samples"]
     # worker 0 (at least) made a decision, with what it measured
