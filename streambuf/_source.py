@@ -290,7 +290,13 @@ class SourceRun:
         threaded = getattr(self.access, "threaded", True)
         chooser = self.chooser if threaded else None
         if self._auto:
-            self.tuner = ThreadTuner(max_threads=k, start=k, window=max(32, 4 * k), room=self._room)
+            self.tuner = ThreadTuner(
+                max_threads=k,
+                start=k,
+                window=max(32, 4 * k),
+                room=self._room,
+                held=lambda: self.held()[0],
+            )
             if self._on_threads is not None:  # running from now (inline phases included)
                 self._on_threads(self.tuner.count)
         inline_before = False

@@ -23,7 +23,12 @@ downstream work included) at one count after another, and climbs:
    ``noise``: what a window moves by with nothing changed (0 on a quiet machine;
    0.1-0.45 on the 2-core VM with 4 Loader workers). Every comparison below must clear it as well as
    its own margin: a difference inside the noise is a coin flip, and a rule that moves
-   on coin flips walks wherever its asymmetries push it;
+   on coin flips walks wherever its asymmetries push it. A window counts the items the
+   threads *made*: those delivered plus the change in what the stage holds (``held()``,
+   made or being made). Delivered alone, a step down would read as fast as the count
+   before it while the buffer it filled drains at the consumer's pace (a stage that
+   keeps a consumer-limited Loader full holds a few batches' worth), and "fewer threads
+   did as much" would be kept;
 2. **up**: double the count (a smaller step where the limit caps it), up to the
    *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
    thread's item in flight counts against ``max_bytes``); no growth past the most
@@ -109,6 +114,7 @@ class ThreadTuner:
         cpu_busy: float = 0.95,
         cpus: float | None = None,
         room: Callable[[], int] | None = None,
+        held: Callable[[], int] | None = None,
         min_interval_s: float = 2.0,
         max_interval_s: float = 60.0,
         first_recheck_s: float = 0.5,
@@ -130,6 +136,7 @@ class ThreadTuner:
         self.gain, self.keep, self.fall, self.cpu_busy = gain, keep, fall, cpu_busy
         self.cpus = max(float(cpu_limit() if cpus is None else cpus), 1e-3)
         self._room = room
+        self._held = held  # items the stage holds now, made or being made (None: 0)
         self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
         self.first_recheck_s = first_recheck_s
         self._clock, self._cpu_clock = clock, cpu_clock
@@ -167,10 +174,16 @@ class ThreadTuner:
         self._c0 = self._cpu_clock()
         self._gap_max = 0.0  # the longest pause between two items in this window
         self._ready_s = 0.0  # when the window first had its items and time (0: not yet)
-        # the items that began a burst: (pause before it, its time, items counted at it),
+        self._made0 = self._made()  # items made when the window began (step 1)
+        # the items that began a burst: (pause before it, its time, items made at it),
         # those with a pause >= ``align`` of the longest so far (all of them: the list is
         # rebuilt when the longest grows)
         self._starts: deque[tuple[float, float, int]] = deque()
+
+    def _made(self) -> int:
+        """Items the threads made in this window so far, plus what the stage held when
+        it began: those delivered and what the stage holds now (made or being made)."""
+        return self._n + (self._held() if self._held is not None else 0)
 
     @property
     def noise(self) -> float:
@@ -226,8 +239,8 @@ class ThreadTuner:
         and ``noise`` of the best measured (a change must pay more than noise; when the
         CPUs were busy, fewer threads that did more than it by ``noise``), else the
         fewest threads within ``keep`` and ``noise`` of the best."""
-        best = max(self._rates.values())
-        near = [c for c, r in self._rates.items() if r >= self._near() * best]
+        least = self._near() * max(self._rates.values())
+        near = [c for c, r in self._rates.items() if r >= least]
         if self._from in near:
             count = self._from
             if self._busy_from >= self.cpu_busy * self.cpus:
@@ -328,42 +341,45 @@ class ThreadTuner:
             self._starts = starts = deque(e for e in starts if e[0] >= cut)
         else:
             cut = self.align * self._gap_max
-        if gap >= cut and self.align > 0.0:  # this item begins a burst
-            starts.append((gap, now, self._n))
+        begins = gap >= cut and self.align > 0.0  # this item begins a burst
+        if begins:
+            starts.append((gap, now, self._made()))
         need = max(self.window, 4 * self.count)
         dt = now - self._t0
         if self._n < need or dt < self.min_window_s:
             return None
         if self._ready_s == 0.0:
             self._ready_s = dt
-        n, span = self._n, dt  # the whole window (``align=0``, or no burst came)
         if self.align > 0.0:
             # ``cycles`` bursts, from the first one's start to this item's (it begins one)
-            _, t_first, n_first = starts[0]
+            _, t_first, made_first = starts[0]
+            made = self._made()
             if (
-                gap >= cut
+                begins
                 and len(starts) > self.cycles
-                and self._n - n_first >= need
+                and made - made_first >= need
                 and now - t_first >= self.min_window_s
             ):
-                n, span = self._n - n_first, now - t_first
-                self._spread(starts, now)
-            elif dt < (self.cycles + 1) * self._ready_s:
+                self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
+                self._spread(starts, now, made)
+                return self._measured((made - made_first) / max(now - t_first, 1e-9))
+            if dt < (self.cycles + 1) * self._ready_s:
                 return None  # wait for the bursts, a few times the time needed at most
+        # the whole window (``align=0``, or no burst came)
         self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
-        return self._measured(n / max(span, 1e-9))
+        return self._measured((self._made() - self._made0) / max(dt, 1e-9))
 
-    def _spread(self, starts: deque[tuple[float, float, int]], now: float) -> None:
+    def _spread(self, starts: deque[tuple[float, float, int]], now: float, made: int) -> None:
         """Record how much the window's two halves differ: its bursts split at the burst
         start nearest its middle (whole bursts each side, as the window), each half's
         rate against their mean (``noise``)."""
-        _, t_first, n_first = starts[0]
+        _, t_first, made_first = starts[0]
         middle = 0.5 * (t_first + now)
-        _, t_mid, n_mid = min(list(starts)[1:], key=lambda e: abs(e[1] - middle))
+        _, t_mid, made_mid = min(list(starts)[1:], key=lambda e: abs(e[1] - middle))
         if not t_first < t_mid < now:
             return
-        a = (n_mid - n_first) / (t_mid - t_first)
-        b = (self._n - n_mid) / (now - t_mid)
+        a = (made_mid - made_first) / (t_mid - t_first)
+        b = (made - made_mid) / (now - t_mid)
         if a + b > 0.0:
             self._spreads.append(abs(a - b) / (0.5 * (a + b)))
 
@@ -375,9 +391,9 @@ class ThreadTuner:
             self._skip()
 
     def detach(self) -> None:
-        """The stage closed: drop the callback into it (``room``), so that a closed
-        stage is freed by reference counting, not at a later garbage collection."""
-        self._room = None
+        """The stage closed: drop the callbacks into it (``room``, ``held``), so that a
+        closed stage is freed by reference counting, not at a later garbage collection."""
+        self._room = self._held = None
 
     def adopt(self, count: int) -> None:
         """The count was set from outside (a follower took its leader's, ``Lead``) and

@@ -109,10 +109,13 @@ class _TunedInline:
     decides threads and inline alike, on the same windows and noise margins), so this
     only follows the count: it ticks the tuner on inline items (the loop ticks it on
     threaded ones) and asks for a pause when the count falls to 0, a resume when it
-    comes back."""
+    comes back.
 
-    def __init__(self, pf: ThreadPrefetcher[Any]) -> None:
-        self._pf = pf
+    It is handed what it reads, not the prefetcher: ``tick`` (account one delivered
+    item, ``ThreadPrefetcher._tick``) and ``threads`` (the count now, 0 inline)."""
+
+    def __init__(self, tick: Callable[[], None], threads: Callable[[], int]) -> None:
+        self._tick, self._threads = tick, threads
         self.inline = False  # items are made inline now
         self.state = "threads"  # threads, drain, inline
         self.switches = 0
@@ -123,13 +126,13 @@ class _TunedInline:
         self.switches += 1
 
     def tick(self) -> Action:
-        pf = self._pf
         if self.inline:
-            pf._tick()
-        if pf._active == 0 and self.state == "threads":
+            self._tick()
+        active = self._threads()
+        if active == 0 and self.state == "threads":
             self.state = "drain"
             return "pause"
-        if pf._active > 0 and self.state != "threads":
+        if active > 0 and self.state != "threads":
             self.inline, self.state = False, "threads"
             return "resume"
         return "none"
@@ -229,7 +232,11 @@ class ThreadPrefetcher(Generic[T]):
         if auto:
             # adaptive: inline is the tuner's count 0 (one controller, ``_TunedInline``)
             self.tuner = ThreadTuner(
-                max_threads=self._threads_n, start=start, room=self._room, inline=self._adaptive
+                max_threads=self._threads_n,
+                start=start,
+                room=self._room,
+                held=lambda: self._window.held()[0],
+                inline=self._adaptive,
             )
         self.chooser = (
             InlineChooser(max(4 * self._threads_n, 32)) if self._adaptive and not auto else None
@@ -423,7 +430,7 @@ class ThreadPrefetcher(Generic[T]):
             elif self.tuner is None:
                 yield from self._runner
             elif self.tuner.least == 0:
-                yield from self._adaptive_iter(_TunedInline(self))
+                yield from self._adaptive_iter(_TunedInline(self._tick, lambda: self._active))
             else:
                 for item in self._runner:
                     self._tick()

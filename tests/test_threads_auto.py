@@ -386,6 +386,60 @@ def test_on_a_noisy_machine_a_clear_difference_is_still_taken(seed: int) -> None
     assert rate >= 0.8 * 900.0, (rate, t.history)
 
 
+class Buffered:
+    """A stage that buffers up to ``capacity`` items ahead of a consumer that takes at
+    most ``consumer`` items/s, its threads making ``100 * count`` items/s (10 ms each):
+    while the buffer holds items they come out at the consumer's pace, whatever the
+    count; the threads refill it when they make more than the consumer takes. ``held``
+    is what the stage holds (``ThreadTuner``'s ``held``)."""
+
+    def __init__(self, clocks: Clocks, capacity: int = 40, consumer: float = 500.0) -> None:
+        self.clocks, self.capacity, self.consumer = clocks, capacity, consumer
+        self.buffer = 0.0
+
+    def held(self) -> int:
+        return int(self.buffer)
+
+    def item(self, count: int) -> None:
+        made = 100.0 * max(count, 1)
+        if self.buffer >= 1.0:  # one from the buffer, at the consumer's pace
+            dt = 1.0 / self.consumer
+            self.buffer = min(float(self.capacity), self.buffer - 1.0 + made * dt)
+        else:  # the buffer is empty: the consumer waits for the threads' next item
+            dt = max(1.0 / made, 1.0 / self.consumer)
+            self.buffer = min(float(self.capacity), max(0.0, self.buffer + made * dt - 1.0))
+        self.clocks.t += dt
+        self.clocks.cpu += 0.05 * dt
+
+
+@pytest.mark.parametrize("use_held", [True, False])
+def test_a_step_down_is_measured_by_what_the_threads_make(use_held: bool) -> None:
+    """A consumer-limited stage with a full buffer: after a step down its items still
+    come out at the consumer's pace until the buffer drains, so a window of delivered
+    items reads fewer threads as fast as more. Counted as made (delivered plus the change
+    in what the stage holds), a step down reads what the threads make: a re-check stops
+    at the first step that loses (4: 400 of 500 items/s) and the count that keeps up
+    (8) stays. Delivered alone (no ``held``: the control, the tuner's view before), every
+    re-check walks down to 1 thread on windows that read the consumer's pace."""
+    c = Clocks()
+    stage = Buffered(c)
+    t = tuner(c, start=8, held=stage.held if use_held else None)
+    low = 0.0  # seconds spent at counts that cannot keep up (100 x count < 500)
+    for _ in range(30_000):
+        before = c.t
+        stage.item(t.count)
+        if t.count < 5:
+            low += c.t - before
+        t.tick()
+    assert t.settled_s is not None and t.count == 8, t.history
+    rechecks = [n for at, n, _ in t.history if at > t.settled_s]
+    assert len(rechecks) >= 6, t.history
+    if use_held:
+        assert min(rechecks) == 4 and low <= 0.02 * c.t, (low, c.t, t.history)
+    else:
+        assert min(rechecks) == 1, t.history
+
+
 def test_invalid_threads_options_are_refused_by_name() -> None:
     for bad in ("many", 0, -1, 1.5):
         with pytest.raises((ValueError, TypeError), match="threads"):
@@ -718,7 +772,13 @@ class Churning(TunerDouble):
     COUNTS = (3, 16, 0, 1, 9, 2, 0, 12, 5)
 
     def __init__(
-        self, *, max_threads: int, room: Callable[[], int], start: int = 4, inline: bool = False
+        self,
+        *,
+        max_threads: int,
+        room: Callable[[], int],
+        held: Callable[[], int],
+        start: int = 4,
+        inline: bool = False,
     ) -> None:
         self.count, self.n, self.least = 4, 0, 0 if inline else 1
 
@@ -861,7 +921,13 @@ class ByWorker(TunerDouble):
     LEADS, OWN = 9, 1
 
     def __init__(
-        self, *, max_threads: int, room: Callable[[], int], start: int = 4, inline: bool = False
+        self,
+        *,
+        max_threads: int,
+        room: Callable[[], int],
+        held: Callable[[], int],
+        start: int = 4,
+        inline: bool = False,
     ) -> None:
         from torch.utils.data import get_worker_info
 

@@ -32,16 +32,23 @@ MUTANTS = [
         "::test_stops_growing_while_the_cpus_are_busy",
     ),
     _m(
+        "a window counts the items delivered, not those made (a step down reads the buffer)",
+        "streambuf/_tuner.py",
+        "        return self._n + (self._held() if self._held is not None else 0)",
+        "        return self._n",
+        "::test_a_step_down_is_measured_by_what_the_threads_make",
+    ),
+    _m(
         "a window is measured from where it began, not from a burst's start",
         "streambuf/_tuner.py",
-        "                n, span = self._n - n_first, now - t_first\n",
-        "                n, span = self._n, dt\n",
+        "                return self._measured((made - made_first) / max(now - t_first, 1e-9))",
+        "                return self._measured((self._made() - self._made0) / max(dt, 1e-9))",
         "::test_a_bursty_consumer_is_measured_over_whole_bursts",
     ),
     _m(
         "a window ends inside a burst",
         "streambuf/_tuner.py",
-        "                gap >= cut\n                and len(starts) > self.cycles\n",
+        "                begins\n                and len(starts) > self.cycles\n",
         "                len(starts) > self.cycles\n",
         "::test_a_bursty_consumer_is_measured_over_whole_bursts",
     ),
@@ -317,8 +324,8 @@ MUTANTS += [
     _m(
         "a window's halves are split at its first burst (one half empty: no noise)",
         "streambuf/_tuner.py",
-        "        _, t_mid, n_mid = min(list(starts)[1:], key=lambda e: abs(e[1] - middle))",
-        "        _, t_mid, n_mid = starts[0]",
+        "        _, t_mid, made_mid = min(list(starts)[1:], key=lambda e: abs(e[1] - middle))",
+        "        _, t_mid, made_mid = starts[0]",
         "::test_the_noise_of_a_loaded_machine_is_measured",
     ),
     _m(
