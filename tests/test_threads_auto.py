@@ -771,15 +771,7 @@ class Churning(TunerDouble):
 
     COUNTS = (3, 16, 0, 1, 9, 2, 0, 12, 5)
 
-    def __init__(
-        self,
-        *,
-        max_threads: int,
-        room: Callable[[], int],
-        held: Callable[[], int],
-        start: int = 4,
-        inline: bool = False,
-    ) -> None:
+    def __init__(self, *, start: int = 4, inline: bool = False, **tuner_args: object) -> None:
         self.count, self.n, self.least = 4, 0, 0 if inline else 1
 
     def tick(self) -> int | None:
@@ -920,15 +912,7 @@ class ByWorker(TunerDouble):
 
     LEADS, OWN = 9, 1
 
-    def __init__(
-        self,
-        *,
-        max_threads: int,
-        room: Callable[[], int],
-        held: Callable[[], int],
-        start: int = 4,
-        inline: bool = False,
-    ) -> None:
+    def __init__(self, *, start: int = 4, inline: bool = False, **tuner_args: object) -> None:
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()

@@ -139,10 +139,17 @@ MUTANTS = [
     _m(
         "a closed stage's tuner keeps its room callback (a cycle: freed only by a GC)",
         "streambuf/_tuner.py",
-        '        stage is freed by reference counting, not at a later garbage collection."""\n'
-        "        self._room = None",
-        '        stage is freed by reference counting, not at a later garbage collection."""\n'
+        '        closed stage is freed by reference counting, not at a later garbage collection."""\n'
+        "        self._room = self._held = None",
+        '        closed stage is freed by reference counting, not at a later garbage collection."""\n'
         "        pass",
+        "tests/test_prefetch.py::test_a_closed_stage_is_freed_by_reference_counting",
+    ),
+    _m(
+        "a closed stage's tuner keeps its held callback (a cycle: freed only by a GC)",
+        "streambuf/_tuner.py",
+        "        self._room = self._held = None",
+        "        self._room = None",
         "tests/test_prefetch.py::test_a_closed_stage_is_freed_by_reference_counting",
     ),
     _m(
