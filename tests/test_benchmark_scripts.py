@@ -221,6 +221,8 @@ def test_the_disk_rounds_script_runs_tiny(capsys):
     ours = out["rates"]["streambuf lanes=3"][0]
     assert out["webdataset per sample"] == ours / out["rates"]["webdataset per sample"][0]
     assert "median" in capsys.readouterr().out
+    cpu = out["cpu_us_per_sample"]
+    assert set(cpu) == set(out["rates"]) and all(v[0] > 0 for v in cpu.values()), cpu
 
 
 def test_the_tuner_trace_script_runs_tiny(capsys):
