@@ -14,6 +14,12 @@ The rows are the module's own configs (taken from the new revision), picked by n
     python benchmarks/ab_revisions.py --base HEAD~3 --bench latency \\
         --rows "seed: streambuf 4x auto threads" --ref "seed: torchdata.nodes 32 threads"
     python benchmarks/ab_revisions.py --base HEAD --bench mixed --tiny   # a smoke run
+    python benchmarks/ab_revisions.py --base HEAD --patch docs/results/start8/start8.patch \
+        --bench mixed --rows "streambuf 4x auto threads"   # an uncommitted variant
+
+``--patch FILE`` applies a ``git diff`` to the new revision's worktree (``git apply``;
+one that does not apply stops the run before anything is measured): a variant that was
+tried and not kept stays measurable from its patch in ``docs/results/``.
 
 Prints each row's runs under both revisions, the median per-round ratio new/base and,
 with ``--ref``, each against the reference row of the same round.
@@ -53,10 +59,21 @@ def _worktree(rev: str, where: Path) -> Path:
     return path
 
 
+def _apply(patch: Path, tree: Path) -> None:
+    """``git apply`` ``patch`` in ``tree``, or stop naming the patch and git's reason."""
+    got = subprocess.run(
+        ["git", "-C", str(tree), "apply", str(patch)], capture_output=True, text=True
+    )
+    if got.returncode:
+        why = (got.stderr or got.stdout).strip()
+        raise SystemExit(f"--patch {patch} does not apply to the new revision: {why}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--base", required=True, help="the revision before the change")
     parser.add_argument("--new", default="HEAD", help="the revision after it (HEAD)")
+    parser.add_argument("--patch", help="a git diff applied to the new revision's worktree")
     parser.add_argument("--bench", default="mixed", help="a streambuf.bench module")
     parser.add_argument("--rows", nargs="+", help="row names (default: the last one)")
     parser.add_argument("--ref", nargs="*", default=[], help="rows run under --new only")
@@ -72,6 +89,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         try:
             for tag, rev in (("base", args.base), ("new", args.new)):
                 trees[tag] = _worktree(rev, Path(tmp) / tag)
+            if args.patch:
+                _apply(Path(args.patch).resolve(), trees["new"])
             by_name = {c["name"]: c for c in _configs(args.bench, mode)}
             names = args.rows or [list(by_name)[-1]]
             missing = [n for n in [*names, *args.ref] if n not in by_name]
@@ -91,8 +110,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
                     capture_output=True,
                 )
-    out: dict[str, Any] = {"base": args.base, "new": args.new, "key": args.key, "rows": {}}
-    print(f"\n{args.key}: base {args.base}, new {args.new}; medians, runs, per-round ratios")
+    new_name = args.new + (f" + {args.patch}" if args.patch else "")
+    out: dict[str, Any] = {"base": args.base, "new": new_name, "key": args.key, "rows": {}}
+    print(f"\n{args.key}: base {args.base}, new {new_name}; medians, runs, per-round ratios")
     for name in names:
         base, new = got[(name, "base")], got[(name, "new")]
         row = {

@@ -210,6 +210,27 @@ def test_the_ab_revisions_script_runs_tiny(capsys):
         script.main(["--base", "HEAD", "--bench", "mixed", "--tiny", "--rows", "nope"])
 
 
+@pytest.mark.skipif(not (SCRIPTS.parent / ".git").exists(), reason="needs a git checkout")
+def test_the_ab_revisions_script_measures_a_patch_and_refuses_one_that_does_not_apply(
+    tmp_path, capsys
+):
+    script = _script("ab_revisions")
+    patch = SCRIPTS.parent / "docs" / "results" / "start8" / "start8.patch"
+    args = ["--base", "HEAD", "--bench", "mixed", "--tiny", "--rows", "streambuf 2x auto threads"]
+    got = script.main([*args, "--patch", str(patch)])
+    assert got["new"] == f"HEAD + {patch}"
+    assert got["rows"]["streambuf 2x auto threads"]["new"][0] > 0
+    assert f"new HEAD + {patch}" in capsys.readouterr().out
+    bad = tmp_path / "bad.patch"
+    bad.write_text(patch.read_text().replace("START_THREADS = 4", "START_THREADS = 5"))
+    with pytest.raises(SystemExit, match=r"bad\.patch does not apply to the new revision"):
+        script.main([*args, "--patch", str(bad)])
+    out = subprocess.run(
+        ["git", "-C", str(SCRIPTS.parent), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert "streambuf-ab-" not in out
+
+
 def test_the_disk_rounds_script_runs_tiny(capsys):
     out = _script("disk_rounds").main(["--tiny"])
     assert out["rounds"] == 1 and out["batch"] == 32
