@@ -342,8 +342,10 @@ class ThreadTuner:
         else:
             cut = self.align * self._gap_max
         begins = gap >= cut and self.align > 0.0  # this item begins a burst
+        made = 0  # items made so far, read (a lock in ``held``) only where a burst begins
         if begins:
-            starts.append((gap, now, self._made()))
+            made = self._made()
+            starts.append((gap, now, made))
         need = max(self.window, 4 * self.count)
         dt = now - self._t0
         if self._n < need or dt < self.min_window_s:
@@ -353,21 +355,24 @@ class ThreadTuner:
         if self.align > 0.0:
             # ``cycles`` bursts, from the first one's start to this item's (it begins one)
             _, t_first, made_first = starts[0]
-            made = self._made()
             if (
                 begins
                 and len(starts) > self.cycles
                 and made - made_first >= need
                 and now - t_first >= self.min_window_s
             ):
-                self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
+                self._window_busy(dt)
                 self._spread(starts, now, made)
                 return self._measured((made - made_first) / max(now - t_first, 1e-9))
             if dt < (self.cycles + 1) * self._ready_s:
                 return None  # wait for the bursts, a few times the time needed at most
         # the whole window (``align=0``, or no burst came)
-        self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
+        self._window_busy(dt)
         return self._measured((self._made() - self._made0) / max(dt, 1e-9))
+
+    def _window_busy(self, dt: float) -> None:
+        """The CPUs busy over the window that just ended (``dt`` seconds): ``busy``."""
+        self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
 
     def _spread(self, starts: deque[tuple[float, float, int]], now: float, made: int) -> None:
         """Record how much the window's two halves differ: its bursts split at the burst
