@@ -342,10 +342,8 @@ class ThreadTuner:
         else:
             cut = self.align * self._gap_max
         begins = gap >= cut and self.align > 0.0  # this item begins a burst
-        made = 0  # items made so far, read (a lock in ``held``) only where a burst begins
         if begins:
-            made = self._made()
-            starts.append((gap, now, made))
+            starts.append((gap, now, self._made()))
         need = max(self.window, 4 * self.count)
         dt = now - self._t0
         if self._n < need or dt < self.min_window_s:
@@ -355,6 +353,7 @@ class ThreadTuner:
         if self.align > 0.0:
             # ``cycles`` bursts, from the first one's start to this item's (it begins one)
             _, t_first, made_first = starts[0]
+            made = self._made()
             if (
                 begins
                 and len(starts) > self.cycles
