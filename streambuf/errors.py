@@ -97,3 +97,14 @@ def add_note(exc: BaseException, note: str) -> BaseException:
         if note not in notes:
             adder(note)
     return exc
+
+
+def stop_as_error(stop: StopIteration, fn: str) -> RuntimeError:
+    """The error for a ``StopIteration`` raised by a user function ``fn`` that a stage
+    calls (raised ``from stop``). Let through, it would end the stream early and
+    silently (``map()`` of one thread is the built-in ``map``, which takes it as the end)."""
+    return RuntimeError(
+        f"{fn} raised StopIteration ({stop!r}): a function called on each item must not "
+        "raise it (it would end the stream early); return a value, or drop items with "
+        "filter()"
+    )

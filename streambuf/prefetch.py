@@ -55,7 +55,7 @@ from ._inline import Action, InlineChooser
 from ._lanes import AGAIN, LaneRunner
 from ._tuner import START_THREADS, Lead, ThreadTuner, room_for
 from ._units import check_count_or_auto, check_thread_count, parse_count
-from .errors import add_note
+from .errors import add_note, stop_as_error
 from .sizing import nbytes
 from .stats import BufferStats
 from .window import Window
@@ -403,7 +403,7 @@ class ThreadPrefetcher(Generic[T]):
         try:
             return seq, fn(item)
         except StopIteration as stop:  # from fn: it must not end the stream
-            err = RuntimeError(f"fn raised StopIteration ({stop!r})")
+            err = stop_as_error(stop, "fn")
             add_note(err, self._where(idx))
             raise err from stop
         except BaseException as exc:

@@ -36,7 +36,7 @@ from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats, thread_gauge,
 from ._lanes import ITEMS_PER_THREAD
 from ._ledger import Ledger, Rec
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
-from .errors import add_note
+from .errors import add_note, stop_as_error
 from .prefetch import ThreadPrefetcher, parse_threads
 from .sharding import current_worker, hash_seed
 from .sizing import nbytes
@@ -133,6 +133,10 @@ def _call(fn: Callable[[Any], Any], name: str) -> Callable[[Rec], Rec]:
     def call(rec: Rec) -> Rec:
         try:
             return rec.with_value(fn(rec.value))
+        except StopIteration as stop:  # not the end of the stream (the built-in map's)
+            err = stop_as_error(stop, "fn")
+            add_note(err, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
+            raise err from stop
         except Exception as exc:
             add_note(exc, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
             raise
@@ -309,6 +313,10 @@ class Filter(Stage):
         for rec in up:
             try:
                 keep = fn(rec.value)
+            except StopIteration as stop:  # (a generator would say only that it raised it)
+                err = stop_as_error(stop, "fn")
+                add_note(err, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
+                raise err from stop
             except Exception as exc:
                 add_note(exc, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
                 raise

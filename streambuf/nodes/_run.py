@@ -43,7 +43,7 @@ from typing import Any
 
 from .._lanes import LaneRunner
 from .._units import check_size
-from ..errors import BufferClosed
+from ..errors import BufferClosed, stop_as_error
 from ..stats import BufferStats
 from ..window import Window
 
@@ -178,7 +178,7 @@ class MapRun:
             out = item if self._fn is None else self._fn(item)
         except StopIteration as stop:  # from map_fn: it must not end the stream
             self._ended = True
-            raise RuntimeError(f"map_fn raised StopIteration ({stop!r})") from stop
+            raise stop_as_error(stop, "map_fn") from stop
         except BaseException:
             self._ended = True  # no thread pulls again
             raise

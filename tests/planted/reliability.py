@@ -183,6 +183,20 @@ MUTANTS = [
         "tests/test_mixing.py::test_a_mix_with_a_one_shot_source_refuses_to_save_and_names_it",
     ),
     _m(
+        "map() on one thread lets fn's StopIteration end the stream (the built-in map's end)",
+        "streambuf/stages.py",
+        "        except StopIteration as stop:  # not the end of the stream (the built-in map's)\n",
+        "        except ArithmeticError as stop:  # not the end of the stream (the built-in map's)\n",
+        "tests/test_fn_stop_iteration.py",
+    ),
+    _m(
+        "a bare ThreadPrefetcher lets fn's StopIteration through",
+        "streambuf/prefetch.py",
+        "        except StopIteration as stop:  # from fn: it must not end the stream\n",
+        "        except ArithmeticError as stop:  # from fn: it must not end the stream\n",
+        "tests/test_fn_stop_iteration.py",
+    ),
+    _m(
         "forked workers collect (and finalize) the parent's garbage",
         "streambuf/loader.py",
         "with frozen_for_fork(self._ctx.get_start_method()):",
