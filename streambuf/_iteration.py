@@ -93,7 +93,17 @@ class Iteration:
         env.partial = src.partial
         mode = pipe._sharding.equalize
         if mode is not None:
-            return _within_declared(iter(src), pipe.sizes(), src.access, pipe._src.label, mode)
+            sizes, ctx = pipe.sizes(), self.ctx
+            slots = max(1, ctx.world_size) * max(1, ctx.num_workers)
+            # the epoch's first pass, fresh, reads each of its shards from the start to
+            # the end (a resumed or elastic one from where it was, its pending samples
+            # apart; "pad"'s later passes only as far as the deficit); with fewer shards
+            # than slots a slot keeps every m-th sample of a shard (m <= slots)
+            fresh = resume is None and self.pass_index == 0 and self.progress is None
+            stride = (1 if len(sizes) >= slots else slots) if fresh else None
+            return _within_declared(
+                iter(src), sizes, src.access, pipe._src.label, mode, stride=stride
+            )
         return iter(src)
 
     def _open_pass(self, resume: dict[str, Any] | None) -> Iterator[Rec]:
@@ -222,30 +232,68 @@ class Iteration:
 
 
 def _within_declared(
-    it: Iterator[Rec], declared: list[int], access: Any, label: Callable[[int], str], mode: str
+    it: Iterator[Rec],
+    declared: list[int],
+    access: Any,
+    label: Callable[[int], str],
+    mode: str,
+    *,
+    stride: int | None = None,
 ) -> Iterator[Rec]:
-    """The source's records, refusing a sample past its shard's declared count: with
-    ``equalize`` the batch counts come from ``samples_per_shard``, so an understated
-    count would end the slot's stream early and silently lose the rest ("pad") or more
-    than needed ("drop"). With "pad" it is always seen: the first pass reaches the
-    target only once every declared sample of the slot was taken, and ``.batch()`` looks
-    one sample ahead, so the next record, if any, is one past a declared count."""
+    """The source's records, refusing a shard whose sample count is not the declared one:
+    with ``equalize`` the batch counts come from ``samples_per_shard``.
+
+    * **Understated** (a sample past the declared count): the slot's stream would end
+      early and silently lose the rest ("pad") or more than needed ("drop"). With "pad"
+      it is always seen: the first pass reaches the target only once every declared
+      sample of the slot was taken, and ``.batch()`` looks one sample ahead, so the next
+      record, if any, is one past a declared count.
+    * **Overstated** (a shard read to its end short of its count): the batch counts
+      would be made up by repeating samples, silently (declared 1000 for shards of 40:
+      each sample ~21 times). Checked in a fresh pass (``stride`` given: not resumed,
+      where pending samples come back out of order) that ends by running out: every
+      shard it read must have reached its declared count, within ``stride`` (a slot that
+      shares a shard with others reads every m-th sample of it, m <= ``stride``: its
+      last one may be up to m - 1 before the end). Under ``on_error="skip"`` a failed
+      shard gives only its good prefix, counted and logged where it failed, so a short
+      shard is not refused there.
+    """
+    top: dict[int, int] = {}  # shard -> the highest sample index read in this pass
     try:
         for rec in it:
             shard, index = rec.pos[0], rec.pos[1]
             if index < declared[shard]:
+                if index > top.get(shard, -1):
+                    top[shard] = index
                 yield rec
                 continue
-            name = access.name(shard) if hasattr(access, "name") else label(shard)
             raise ValueError(
-                f"shard {name} has more samples than samples_per_shard declares: "
-                f"{declared[shard]} declared, at least {index + 1} read (sample {index}); "
-                f"equalize={mode!r} counts batches from the declared counts, so the extra "
-                "samples would be lost; pass the true counts (samples_per_shard=[...], one "
-                "per shard)"
+                f"shard {_shard_name(access, label, shard)} has more samples than "
+                f"samples_per_shard declares: {declared[shard]} declared, at least "
+                f"{index + 1} read (sample {index}); equalize={mode!r} counts batches from "
+                "the declared counts, so the extra samples would be lost; pass the true "
+                "counts (samples_per_shard=[...], one per shard)"
+            )
+        policy = getattr(access, "policy", None)
+        if stride is None or getattr(policy, "on_error", "raise") == "skip":
+            return
+        short = [(s, i + 1) for s, i in sorted(top.items()) if i + stride < declared[s]]
+        if short:
+            shard, read = short[0]
+            more = f" (and {len(short) - 1} more shards)" if len(short) > 1 else ""
+            raise ValueError(
+                f"shard {_shard_name(access, label, shard)} has fewer samples than "
+                f"samples_per_shard declares: {declared[shard]} declared, it ended at "
+                f"sample {read - 1}{more}; equalize={mode!r} counts batches from the declared counts, "
+                "so the missing samples would be made up by repeating others; pass the "
+                "true counts (samples_per_shard=[...], one per shard)"
             )
     finally:
         _close(it)
+
+
+def _shard_name(access: Any, label: Callable[[int], str], shard: int) -> str:
+    return str(access.name(shard)) if hasattr(access, "name") else label(shard)
 
 
 def _lookahead(it: Iterator[Rec]) -> Iterator[Rec]:

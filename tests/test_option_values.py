@@ -355,7 +355,78 @@ def test_understated_samples_per_shard_with_pad_is_an_error_not_lost_samples(
     assert sum(len(b["__key__"]) for b in right) == 40
 
 
-def test_right_or_overstated_counts_still_pad(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["pad", "drop"])
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_overstated_samples_per_shard_is_an_error_not_repeated_samples(
+    tmp_path: Path, mode: str, lanes: int
+) -> None:
+    """Shards of 6 samples declared as 50: the batch counts would come out for 50, and
+    the missing ones be made up by repeating the 6 (found by a new user: declared 1000
+    for shards of 40, each sample delivered up to 21 times, nothing logged)."""
+    from tests.sources.helpers import make_shards
+
+    make_shards(tmp_path / "s", 3, 6)
+    pipe = sb.shards(
+        str(tmp_path / "s" / "*.tar"), equalize=mode, samples_per_shard=50, lanes=lanes
+    ).batch(4)
+    with pytest.raises(ValueError) as info:
+        list(pipe)
+    msg = str(info.value)
+    assert "shard-0000" in msg and "50 declared, it ended at sample 5" in msg, msg
+    assert "fewer samples" in msg and f"equalize={mode!r}" in msg and "(and 2 more" in msg
+
+
+@pytest.mark.timeout(120)
+def test_overstated_samples_per_shard_is_an_error_in_loader_workers(tmp_path: Path) -> None:
+    from tests.sources.helpers import make_shards
+
+    make_shards(tmp_path / "s", 4, 5)
+    pipe = sb.shards(str(tmp_path / "s" / "*.tar"), equalize="pad", samples_per_shard=9)
+    loader = sb.Loader(
+        pipe.batch(2, collate=list), num_workers=2, max_batches=4, max_bytes="16MiB", timeout_s=60
+    )
+    try:
+        with pytest.raises(ValueError, match="9 declared, it ended at sample 4"):
+            list(loader)
+    finally:
+        loader.close()
+
+
+def test_a_shard_cut_short_under_on_error_skip_is_not_refused(tmp_path: Path) -> None:
+    """``on_error="skip"``: a failed shard gives its good prefix, counted and logged where
+    it failed; the declared counts are right, so the short read is not refused."""
+    from tests.sources.helpers import make_shards
+
+    make_shards(tmp_path / "s", 3, 6)
+    bad = sorted((tmp_path / "s").glob("*.tar"))[1]
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    pipe = sb.shards(
+        str(tmp_path / "s" / "*.tar"), equalize="pad", samples_per_shard=6, on_error="skip"
+    ).batch(6, collate=list)
+    got = [s["__key__"] for b in pipe for s in b]  # (no ValueError)
+    assert 12 < len(set(got)) < 18 and len(got) <= 18  # (the 3 batches of 6 declared)
+
+
+def test_a_shard_shared_by_slots_is_not_short(tmp_path: Path) -> None:
+    """Fewer shards than slots: each slot reads every m-th sample of its shard, and
+    its last one is before the end; the right counts are not refused."""
+    from tests.sources.helpers import make_shards
+
+    make_shards(tmp_path / "s", 1, 7)
+    seen = []
+    for rank in range(3):
+        pipe = sb.shards(
+            str(tmp_path / "s" / "*.tar"),
+            equalize="drop",
+            samples_per_shard=7,
+            rank=rank,
+            world_size=3,
+        ).batch(1, collate=list)
+        seen += [s["__key__"] for b in pipe for s in b]
+    assert len(seen) == 6 and len(set(seen)) == 6  # 2 a rank, the 7th dropped
+
+
+def test_right_counts_still_pad(tmp_path: Path) -> None:
     from tests.sources.helpers import make_shards
 
     make_shards(tmp_path / "s", 3, 6)
