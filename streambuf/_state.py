@@ -178,13 +178,29 @@ def with_digest(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+_PLAIN = frozenset((int, float, str, bool, type(None)))  # exact types JSON keeps as they are
+
+
 def _canonical(v: Any) -> Any:
     """``v`` as JSON would bring it back: dict keys as text, sorted; tuples as lists;
-    what JSON cannot hold by its ``repr`` (a user stage's state)."""
+    what JSON cannot hold by its ``repr`` (a user stage's state). A list of plain
+    scalars (exact types: cursors, pending positions, most of a state) is copied at once,
+    the same output as element by element (the digest is most of ``state_dict()``)."""
     if isinstance(v, dict):
         return [[str(k), _canonical(x)] for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))]
     if isinstance(v, list | tuple):
-        return [_canonical(x) for x in v]
+        if _PLAIN.issuperset(map(type, v)):
+            return list(v)
+        out = []
+        for x in v:  # (a pending position: two ints and a byte range)
+            t = type(x)
+            if t in _PLAIN:
+                out.append(x)
+            elif (t is list or t is tuple) and _PLAIN.issuperset(map(type, x)):
+                out.append(list(x))
+            else:
+                out.append(_canonical(x))
+        return out
     if v is None or isinstance(v, bool | int | float | str):
         return v
     return repr(v)

@@ -209,3 +209,46 @@ def test_ranks_of_one_data_rank_give_one_state(runs: dict[str, Any]) -> None:
     as an incomplete set of ranks)."""
     got = _results(runs, "dup")
     assert [n for _, (n,), _ in got] == [1, 1]
+
+
+def _canonical_reference(v: object) -> object:
+    """The digest's canonical form, element by element (what ``_canonical``'s fast paths
+    must give: a digest that changed would refuse every state saved before)."""
+    if isinstance(v, dict):
+        items = sorted(v.items(), key=lambda kv: str(kv[0]))
+        return [[str(k), _canonical_reference(x)] for k, x in items]
+    if isinstance(v, list | tuple):
+        return [_canonical_reference(x) for x in v]
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    return repr(v)
+
+
+def test_the_digest_form_is_the_element_by_element_one() -> None:
+    import enum
+    import random
+
+    from streambuf._state import _canonical
+
+    class Level(enum.IntEnum):
+        HIGH = 1
+
+    rnd = random.Random(0)
+    leaves = [lambda: rnd.randrange(-5, 5), rnd.random, lambda: "s", lambda: None, lambda: True]
+    leaves += [lambda: Level.HIGH, lambda: {1, 2}]
+
+    def make(depth: int) -> object:
+        kind = rnd.randrange(10 if depth < 4 else len(leaves))
+        if kind < len(leaves):
+            return leaves[kind]()
+        if kind == len(leaves):
+            return [make(depth + 1) for _ in range(rnd.randrange(4))]
+        if kind == len(leaves) + 1:
+            return (make(depth + 1), rnd.randrange(3), [0, rnd.randrange(9)])
+        return {rnd.choice([1, "a", 2, "b", (1, 2)]): make(depth + 1) for _ in range(3)}
+
+    for _ in range(2000):
+        state = make(0)
+        assert _canonical(state) == _canonical_reference(state), state
+    pending = [[7, 1, [1024, 2048]], [3, 0, (0, 1024)], [Level.HIGH, 2, [0, 1]]]
+    assert _canonical(pending) == _canonical_reference(pending)
