@@ -72,3 +72,15 @@ def test_pack_tokens_example():
     out = run_example("pack_tokens.py", 160)
     assert "equal the uninterrupted run" in out, out
     assert "tokens (4, 256), document_ids (4, 256)" in out, out
+
+
+def test_the_readme_counts_the_planted_bugs_there_are() -> None:
+    """The README's "plants N known bugs" is the number ``make mutants`` plants (it was
+    found 12 behind)."""
+    import re
+
+    from tests.planted import all_mutants
+
+    said = re.search(r"plants (\d+) known bugs", (ROOT / "README.md").read_text())
+    assert said is not None
+    assert int(said.group(1)) == len(all_mutants())
