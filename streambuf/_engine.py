@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ._units import check_size, parse_bytes, parse_count
+from ._units import MAX_BYTES, check_int, check_size, parse_bytes, parse_count
 from .errors import BufferClosed
 from .stats import BufferStats
 
@@ -85,6 +85,7 @@ class _Lane:
         "puts",
         "q",
         "reserved",
+        "reserved_bytes",
         "waiters",
     )
 
@@ -92,6 +93,7 @@ class _Lane:
         self.q: deque[tuple[Any, int]] = deque()
         self.bytes = 0  # queued + reserved
         self.reserved = 0  # reservations not yet turned into items
+        self.reserved_bytes = 0  # their bytes (a cancel or a put gives back at most this)
         self.done = False
         self.max_items = 0
         self.max_bytes = 0
@@ -161,7 +163,7 @@ class Engine(Generic[T]):
         self._error: BaseException | None = None
         self._arrivals: deque[int] = deque()  # lane of each queued item, arrival order
         self._rotation = list(range(self._nlanes))
-        self._cursor = start_lane % self._nlanes
+        self._cursor = check_int(start_lane, name="start_lane") % self._nlanes
         self._observer: Callable[[Engine[Any]], None] | None = None  # tests only
         self._apply_limits()
 
@@ -239,13 +241,12 @@ class Engine(Generic[T]):
     ) -> None:
         if size is None:
             size = check_size(self._sizeof(item))
+        if reserved is not None:
+            check_int(reserved, name="reserved", maximum=MAX_BYTES)
         with self._lock:
             lane = self._check_open(index)
             if reserved is not None:  # room was taken by reserve(): never waits
-                lane.reserved -= 1
-                self._reserved -= 1
-                lane.bytes -= reserved
-                self._bytes -= reserved
+                self._give_back(index, lane, reserved, "put(reserved=...)")
             else:
                 waiters = self._pool_waiters if self._pooled else lane.waiters
                 if waiters or not self._fits(lane, size):
@@ -253,12 +254,14 @@ class Engine(Generic[T]):
             self._admit(index, lane, item, size)
 
     def _reserve(self, index: int, nbytes: int, timeout_s: float | None) -> None:
+        check_int(nbytes, name="nbytes", maximum=MAX_BYTES)  # (before anything is counted)
         with self._lock:
             lane = self._check_open(index)
             waiters = self._pool_waiters if self._pooled else lane.waiters
             if waiters or not self._fits(lane, nbytes):
                 self._wait_for_room(lane, waiters, nbytes, timeout_s)
             lane.reserved += 1
+            lane.reserved_bytes += nbytes
             self._reserved += 1
             self._count_bytes(lane, nbytes)
             if nbytes > (self._max_bytes if self._pooled else lane.max_bytes):
@@ -267,15 +270,31 @@ class Engine(Generic[T]):
             if self._observer is not None:
                 self._observer(self)
 
+    def _give_back(self, index: int, lane: _Lane, nbytes: int, what: str) -> None:
+        """Turn one reservation of ``nbytes`` on ``lane`` back (lock held): refused, with
+        nothing counted, where the lane holds no reservation or fewer bytes reserved (a
+        cancel without a reserve, or twice, would free room that is not there and let
+        the bounds be passed)."""
+        if lane.reserved <= 0:
+            raise ValueError(f"{what} on lane {index}, which holds no reservation: reserve() first")
+        if nbytes > lane.reserved_bytes:
+            raise ValueError(
+                f"{what} gives back {nbytes} bytes on lane {index}, whose reservations hold "
+                f"{lane.reserved_bytes}: give back what reserve() took"
+            )
+        lane.reserved -= 1
+        lane.reserved_bytes -= nbytes
+        self._reserved -= 1
+        lane.bytes -= nbytes
+        self._bytes -= nbytes
+
     def _cancel(self, index: int, nbytes: int) -> None:
+        check_int(nbytes, name="nbytes", maximum=MAX_BYTES)
         with self._lock:
             if self._closed:
                 return  # close()/abort() already forgot every reservation
             lane = self._lanes[index]
-            lane.reserved -= 1
-            self._reserved -= 1
-            lane.bytes -= nbytes
-            self._bytes -= nbytes
+            self._give_back(index, lane, nbytes, "cancel()")
             waiters = self._pool_waiters if self._pooled else lane.waiters
             if waiters:
                 waiters[0].wake()
@@ -467,7 +486,7 @@ class Engine(Generic[T]):
         """After close: producers' reservations are void (their puts will fail)."""
         for ln in self._lanes:
             ln.bytes = sum(size for _, size in ln.q)
-            ln.reserved = 0
+            ln.reserved = ln.reserved_bytes = 0
         self._reserved = 0
         self._bytes = sum(ln.bytes for ln in self._lanes)
 

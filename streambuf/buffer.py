@@ -380,11 +380,13 @@ class ShardedBuffer(Engine[T]):
         """Give back a reservation of ``lane`` that produced no item."""
         self._lane_index(lane)
         self._cancel(lane, nbytes)
+        self._reserved_by.pop(lane, None)  # (a release() after it gives nothing back)
 
     # -- the runner's window protocol (streambuf.window.LaneWindow) ----------------------
     def share(self, lane: int) -> int:
         """Lane ``lane``'s slice of the byte bound (pooled: an even share): a lane's
         first size estimate, before it has made any item."""
+        self._lane_index(lane)
         return self._lane_limit(lane)
 
     def commit(self, lane: int, item: T, size: int, *, seq: int | None = None) -> None:
@@ -392,6 +394,11 @@ class ShardedBuffer(Engine[T]):
         ``reserve``; larger than it, it gives the room back and waits for room at its
         real size (alone in an empty lane, counted in ``oversize``). ``seq`` is unused:
         the lane order decides."""
+        self._lane_index(lane)
+        if lane not in self._reserved_by:
+            raise ValueError(
+                f"commit() on lane {lane}, which holds no reservation: reserve() first"
+            )
         est = self._reserved_by.pop(lane)
         if size <= est:
             self._put(lane, item, None, est, size)
@@ -401,16 +408,22 @@ class ShardedBuffer(Engine[T]):
 
     def release(self, lane: int) -> None:
         """Give back ``lane``'s last ``reserve`` (it made no item)."""
+        self._lane_index(lane)
         est = self._reserved_by.pop(lane, None)
         if est is not None:
             self._cancel(lane, est)
 
     def _lane_index(self, lane: int) -> None:
+        """Every method that takes a lane checks it here (a negative one would be another
+        lane counted from the end)."""
+        if type(lane) is not int:
+            raise TypeError(f"lane={lane!r} must be an int lane index")
         if not 0 <= lane < self._nlanes:
             raise IndexError(f"lane={lane} out of range for lanes={self._nlanes}")
 
     def finish(self, lane: int) -> None:
         """Mark ``lane`` as having no more items (its producer is done). Idempotent."""
+        self._lane_index(lane)
         self._finish(lane)
 
     def get(self, *, timeout_s: float | None = None) -> T:
