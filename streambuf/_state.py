@@ -263,9 +263,11 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
         )
     if "digest" in state and digest(state) not in (state["digest"], None):
         raise ValueError(
-            f"{path} does not match its digest: its fields were changed or assembled from "
-            "several states. torch.distributed.checkpoint keeps one copy of a value that "
-            "several ranks save under one key, leaf by leaf: save "
+            f"{path} does not match its digest: a value in it was changed after "
+            "state_dict() took it (every field is valid, so the digest cannot say which; "
+            "resume from the state as saved), or it was assembled from several ranks' "
+            "states: torch.distributed.checkpoint keeps one copy of a value that several "
+            "ranks save under one key, leaf by leaf, so save "
             "streambuf.DistributedState(loader) instead of the loader (or one "
             "loader.state_dict() per rank, e.g. torch.save to a file per rank)"
         )

@@ -208,6 +208,14 @@ def check_bool(value: Any, *, name: str) -> bool:
     return value
 
 
+def check_callable(value: Any, *, name: str, optional: bool = False) -> Any:
+    """A callable (or None, with ``optional``): refused when the object is built, not
+    at its first call on a background thread."""
+    if (value is None and optional) or callable(value):
+        return value
+    raise TypeError(f"{name}={value!r} must be callable" + (" or None" if optional else ""))
+
+
 def check_choice(value: Any, *, name: str, choices: Collection[Any]) -> Any:
     if value not in choices:
         options = ", ".join(repr(c) for c in choices)

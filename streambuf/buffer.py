@@ -181,7 +181,12 @@ class BoundedBuffer(Engine[T]):
                     left = None if deadline is None else deadline - time.monotonic()
                     try:
                         self._wait_for_room(lane, waiters, sizes[done], left)
-                    except (BufferClosed, TimeoutError) as exc:
+                    except TimeoutError:  # (it counts the time left, not the call's)
+                        exc = TimeoutError(
+                            f"put_many() found no room for its item {done} within {timeout_s} s"
+                        )
+                        raise _admitted(exc, done) from None
+                    except BufferClosed as exc:
                         raise _admitted(exc, done) from None
                     end = done + 1
                     over = 1 if sizes[done] > self._max_bytes else 0

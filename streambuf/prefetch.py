@@ -54,7 +54,14 @@ from ._counters import INLINE
 from ._inline import Action, InlineChooser
 from ._lanes import AGAIN, LaneRunner
 from ._tuner import START_THREADS, Lead, ThreadTuner, room_for
-from ._units import check_count_or_auto, check_thread_count, parse_count
+from ._units import (
+    check_bool,
+    check_callable,
+    check_count_or_auto,
+    check_seconds,
+    check_thread_count,
+    parse_count,
+)
 from .errors import add_note, stop_as_error
 from .sizing import nbytes
 from .stats import BufferStats
@@ -149,7 +156,8 @@ class ThreadPrefetcher(Generic[T]):
         threads: producer threads (>= 1), or ``"auto"`` (module docstring).
         max_threads: with ``threads="auto"``: the most threads (default 64).
         on_threads: with ``threads="auto"``: called with the count when iteration
-            starts, at each change, and with 0 when the stage closes (a gauge).
+            starts, at each change (``streambuf._counters.INLINE``, -1, while the stage
+            runs inline: running, no thread), and with 0 when the stage closes (a gauge).
         lead: with ``threads="auto"``: one decision for the stage's copies in every
             worker (``streambuf._tuner.Lead``): a follower takes the leader's count
             while the leader runs, and climbs on its own otherwise. None: decide alone.
@@ -187,6 +195,15 @@ class ThreadPrefetcher(Generic[T]):
         close_source: bool = False,
     ) -> None:
         self._threads_n, auto = parse_threads(threads, max_threads)
+        check_callable(fn, name="fn", optional=True)
+        check_callable(sizeof, name="sizeof")
+        check_callable(on_threads, name="on_threads", optional=True)
+        check_bool(ordered, name="ordered")
+        check_bool(adaptive, name="adaptive")
+        check_bool(close_source, name="close_source")
+        join_timeout_s = check_seconds(join_timeout_s, name="join_timeout_s", allow_zero=True)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name={name!r} must be a str or None")
         self._source = iterable
         self._close_source = close_source
         self._fn = fn

@@ -28,7 +28,10 @@ class BufferStats:
     """A frozen snapshot of a buffer (or of one lane, in ``lanes``).
 
     Attributes:
-        items, bytes: held now.
+        items: items queued now (made, not yet taken); reservations are not items.
+        bytes: bytes held now: the queued items' and the reservations' (``reserve``
+            takes room before an item is made, so a buffer whose slots are all reserved
+            reads ``items == 0`` and still makes ``put`` wait).
         max_items, max_bytes: the limits in force now (a lane's slice, for a lane).
         peak_items, peak_bytes: the most ever held at once.
         oversize: items admitted alone because they were larger than ``max_bytes``.

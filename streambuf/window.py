@@ -63,7 +63,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from ._units import parse_bytes, parse_count
+from ._units import MAX_BYTES, check_int, parse_bytes, parse_count
 from .errors import BufferClosed
 from .stats import BufferStats
 
@@ -306,8 +306,11 @@ class Window(Generic[T]):
 
         Raises:
             BufferClosed: the window is (or gets) closed.
+            TypeError, ValueError: ``nbytes`` is not an int >= 0.
         """
         self._check_lane(lane)
+        if type(nbytes) is not int or nbytes < 0:  # (a negative size would free room)
+            check_int(nbytes, name="nbytes", maximum=MAX_BYTES)
         with self._lock:
             if self._closed:
                 raise BufferClosed("reserve() on a closed window")
@@ -539,7 +542,7 @@ class Window(Generic[T]):
             BufferClosed: every lane finished and everything was delivered, or closed.
             the error given to ``abort``.
         """
-        return self.get_many(1)[0]
+        return self._next_items(1)[0]
 
     def get_many(self, most: int) -> list[T]:
         """The next item in this window's order (waiting for it as ``get`` does), then
@@ -548,8 +551,14 @@ class Window(Generic[T]):
         bytes) until the next ``get``/``get_many``, when the consumer has passed them on,
         so the bound holds for what the consumer holds too.
 
-        Raises: as ``get``.
+        Raises: as ``get``; ``ValueError`` where ``most`` is not an int >= 1.
         """
+        if type(most) is not int or most < 1:
+            raise ValueError(f"get_many(most={most!r}): most must be an int >= 1")
+        return self._next_items(most)
+
+    def _next_items(self, most: int) -> list[T]:
+        """``get_many``'s work (``most`` checked)."""
         with self._lock:
             if self._lent_items:
                 self._held -= self._lent_items

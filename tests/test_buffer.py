@@ -350,6 +350,8 @@ def test_put_many_bounds_are_exact_not_one_over():
     with pytest.raises(TimeoutError) as info:
         buf2.put_many([b"x" * 10, b"x" * 10, b"x" * 10, b"x"], timeout_s=0.05)
     assert info.value.admitted == 3  # type: ignore[attr-defined]
+    # named for the call and the timeout given (not put() and the time left)
+    assert "put_many() found no room for its item 3 within 0.05 s" in str(info.value)
     assert (len(buf2), buf2.nbytes, buf2.stats().peak_bytes) == (3, 30, 30)
     buf3 = BoundedBuffer(max_items=10, max_bytes=30, sizeof=len)
     with pytest.raises(TimeoutError) as info:

@@ -182,3 +182,29 @@ def test_byte_sizes_have_a_ceiling():
     for bad in BAD_NUMBERS[:2]:
         with pytest.raises(ValueError):
             parse_bytes(bad)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("fn", 5),
+        ("sizeof", 5),
+        ("on_threads", 5),
+        ("ordered", "yes"),
+        ("adaptive", None),
+        ("close_source", 1),
+        ("join_timeout_s", "x"),
+        ("join_timeout_s", -1),
+        ("join_timeout_s", math.nan),
+        ("name", 3),
+    ],
+)
+def test_thread_prefetcher_refuses_bad_options_when_built(option, value):
+    """Each option of the public ``ThreadPrefetcher`` is checked when it is built (not
+    at the first item on a background thread, or at ``break``: ``join_timeout_s="x"``
+    failed inside ``close()`` and left its threads running)."""
+    from streambuf.prefetch import ThreadPrefetcher
+
+    kw = {"max_items": 4, "max_bytes": "1MiB", "threads": 2, option: value}
+    with pytest.raises((TypeError, ValueError), match=option):
+        ThreadPrefetcher(range(10), **kw)

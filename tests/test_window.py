@@ -608,3 +608,24 @@ def test_a_thread_driving_several_lanes_hands_over_one_item_of_each_in_turn() ->
     )
     assert run(runner, deadline_s=10) == round_robin_reference([20, 20], 0)
     assert check.violations == []
+
+
+@pytest.mark.parametrize("most", [0, -1, 1.5, "2", None])
+def test_get_many_refuses_a_bad_count_like_the_buffer(most: object) -> None:
+    """``get_many(0)`` returned one item ("up to most in all"); ``BoundedBuffer`` refuses
+    the same values."""
+    w: Window = Window(lanes=1, max_items=4, max_bytes=100, order="sequence")
+    w.reserve(0, 10)
+    w.commit(0, "a", 10, seq=0)
+    with pytest.raises(ValueError, match="most"):
+        w.get_many(most)  # type: ignore[arg-type]
+    assert w.get_many(2) == ["a"]
+
+
+@pytest.mark.parametrize("nbytes", [-50, 1.5, "10", None])
+def test_reserve_refuses_a_bad_size_and_counts_nothing(nbytes: object) -> None:
+    w: Window = Window(lanes=2, max_items=4, max_bytes=100, order="first_ready")
+    with pytest.raises((TypeError, ValueError), match="nbytes"):
+        w.reserve(0, nbytes)  # type: ignore[arg-type]
+    assert w.held() == (0, 0)
+    assert w.reserve(0, 10) == 1  # the lane was not left reserved

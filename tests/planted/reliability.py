@@ -232,6 +232,27 @@ MUTANTS = [
         "tests/test_buffer_misuse.py",
     ),
     _m(
+        "ThreadPrefetcher takes join_timeout_s unchecked (close() fails at break)",
+        "streambuf/prefetch.py",
+        '        join_timeout_s = check_seconds(join_timeout_s, name="join_timeout_s", allow_zero=True)\n',
+        "",
+        "tests/test_options.py::test_thread_prefetcher_refuses_bad_options_when_built",
+    ),
+    _m(
+        "Window.get_many(0) returns an item",
+        "streambuf/window.py",
+        "        if type(most) is not int or most < 1:\n",
+        "        if False:\n",
+        "tests/test_window.py::test_get_many_refuses_a_bad_count_like_the_buffer",
+    ),
+    _m(
+        "Window.reserve counts a negative size",
+        "streambuf/window.py",
+        "        if type(nbytes) is not int or nbytes < 0:  # (a negative size would free room)\n",
+        "        if False:\n",
+        "tests/test_window.py::test_reserve_refuses_a_bad_size_and_counts_nothing",
+    ),
+    _m(
         "forked workers collect (and finalize) the parent's garbage",
         "streambuf/loader.py",
         "with frozen_for_fork(self._ctx.get_start_method()):",
