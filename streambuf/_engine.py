@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ._units import MAX_BYTES, check_int, check_size, parse_bytes, parse_count
+from ._units import _is_integer, check_nbytes, check_size, parse_bytes, parse_count
 from .errors import BufferClosed
 from .stats import BufferStats
 
@@ -163,7 +163,9 @@ class Engine(Generic[T]):
         self._error: BaseException | None = None
         self._arrivals: deque[int] = deque()  # lane of each queued item, arrival order
         self._rotation = list(range(self._nlanes))
-        self._cursor = check_int(start_lane, name="start_lane") % self._nlanes
+        if isinstance(start_lane, bool) or not _is_integer(start_lane):
+            raise TypeError(f"start_lane={start_lane!r} must be an int lane index")
+        self._cursor = int(start_lane) % self._nlanes  # (a negative one counts from the end)
         self._observer: Callable[[Engine[Any]], None] | None = None  # tests only
         self._apply_limits()
 
@@ -242,7 +244,7 @@ class Engine(Generic[T]):
         if size is None:
             size = check_size(self._sizeof(item))
         if reserved is not None:
-            check_int(reserved, name="reserved", maximum=MAX_BYTES)
+            reserved = check_nbytes(reserved, name="reserved")
         with self._lock:
             lane = self._check_open(index)
             if reserved is not None:  # room was taken by reserve(): never waits
@@ -254,7 +256,7 @@ class Engine(Generic[T]):
             self._admit(index, lane, item, size)
 
     def _reserve(self, index: int, nbytes: int, timeout_s: float | None) -> None:
-        check_int(nbytes, name="nbytes", maximum=MAX_BYTES)  # (before anything is counted)
+        nbytes = check_nbytes(nbytes, name="nbytes")  # (before anything is counted)
         with self._lock:
             lane = self._check_open(index)
             waiters = self._pool_waiters if self._pooled else lane.waiters
@@ -289,7 +291,7 @@ class Engine(Generic[T]):
         self._bytes -= nbytes
 
     def _cancel(self, index: int, nbytes: int) -> None:
-        check_int(nbytes, name="nbytes", maximum=MAX_BYTES)
+        nbytes = check_nbytes(nbytes, name="nbytes")
         with self._lock:
             if self._closed:
                 return  # close()/abort() already forgot every reservation

@@ -263,7 +263,7 @@ def _within_declared(
         for rec in it:
             shard, index = rec.pos[0], rec.pos[1]
             if index < declared[shard]:
-                if index > top.get(shard, -1):
+                if stride is not None and index > top.get(shard, -1):
                     top[shard] = index
                 yield rec
                 continue

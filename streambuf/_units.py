@@ -170,6 +170,18 @@ def check_thread_count(value: Any, *, name: str) -> int:
     return count
 
 
+def check_nbytes(value: Any, *, name: str) -> int:
+    """A byte count passed to a call (``reserve(nbytes)``): an int (numpy's integers
+    too, never a bool) in ``[0, MAX_BYTES]``, as a Python int."""
+    if type(value) is int and 0 <= value <= MAX_BYTES:
+        return value
+    if not _is_integer(value):
+        raise TypeError(f"{name}={value!r} must be an int number of bytes")
+    if not 0 <= value <= MAX_BYTES:
+        raise ValueError(f"{name}={value!r} must be in [0, {MAX_BYTES}] bytes")
+    return int(value)
+
+
 def check_int(value: Any, *, name: str, minimum: int = 0, maximum: int | None = None) -> int:
     """An int (not a bool) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -40,7 +40,7 @@ from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 from ._engine import Engine
-from ._units import check_size
+from ._units import _is_integer, check_size
 from .errors import BufferClosed
 from .sizing import nbytes
 from .stats import BufferStats
@@ -347,7 +347,9 @@ class ShardedBuffer(Engine[T]):
         if order not in ("round_robin", "first_ready"):
             raise ValueError(f"order={order!r} must be 'round_robin' or 'first_ready'")
         self.order: Order = order
-        self._reserved_by: dict[int, int] = {}  # lane -> its last reservation
+        # lane -> its open reservations' sizes, oldest first (commit/release take the
+        # last; cancel(lane, n) the last of n bytes); list.append/pop/remove are atomic
+        self._reserved_by: dict[int, list[int]] = {}
         super().__init__(
             lanes=lanes,
             max_items=max_items,
@@ -379,13 +381,17 @@ class ShardedBuffer(Engine[T]):
         """Take room in ``lane`` for one item of about ``nbytes`` before building it."""
         self._lane_index(lane)
         self._reserve(lane, nbytes, timeout_s)
-        self._reserved_by[lane] = nbytes  # what commit/release give back
+        self._reserved_by.setdefault(lane, []).append(nbytes)  # for commit/release
 
     def cancel(self, lane: int, nbytes: int) -> None:
         """Give back a reservation of ``lane`` that produced no item."""
         self._lane_index(lane)
         self._cancel(lane, nbytes)
-        self._reserved_by.pop(lane, None)  # (a release() after it gives nothing back)
+        open_ = self._reserved_by.get(lane, [])
+        for k in range(len(open_) - 1, -1, -1):  # that reservation's record, not another's
+            if open_[k] == nbytes:
+                del open_[k]  # (a release() after it gives nothing back)
+                break
 
     # -- the runner's window protocol (streambuf.window.LaneWindow) ----------------------
     def share(self, lane: int) -> int:
@@ -400,11 +406,12 @@ class ShardedBuffer(Engine[T]):
         real size (alone in an empty lane, counted in ``oversize``). ``seq`` is unused:
         the lane order decides."""
         self._lane_index(lane)
-        if lane not in self._reserved_by:
+        try:
+            est = self._reserved_by.get(lane, []).pop()
+        except IndexError:
             raise ValueError(
                 f"commit() on lane {lane}, which holds no reservation: reserve() first"
-            )
-        est = self._reserved_by.pop(lane)
+            ) from None
         if size <= est:
             self._put(lane, item, None, est, size)
         else:
@@ -414,14 +421,15 @@ class ShardedBuffer(Engine[T]):
     def release(self, lane: int) -> None:
         """Give back ``lane``'s last ``reserve`` (it made no item)."""
         self._lane_index(lane)
-        est = self._reserved_by.pop(lane, None)
-        if est is not None:
+        open_ = self._reserved_by.get(lane)
+        if open_:
+            est = open_.pop()
             self._cancel(lane, est)
 
     def _lane_index(self, lane: int) -> None:
         """Every method that takes a lane checks it here (a negative one would be another
         lane counted from the end)."""
-        if type(lane) is not int:
+        if type(lane) is not int and (isinstance(lane, bool) or not _is_integer(lane)):
             raise TypeError(f"lane={lane!r} must be an int lane index")
         if not 0 <= lane < self._nlanes:
             raise IndexError(f"lane={lane} out of range for lanes={self._nlanes}")

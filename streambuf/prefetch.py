@@ -474,14 +474,18 @@ class ThreadPrefetcher(Generic[T]):
             return False, None
         assert isinstance(got, tuple)
         idx, item = got
+        where = (
+            f"streambuf: raised in stage {self.name!r} (inline, in the consumer) "
+            f"while processing item #{idx}"
+        )
         try:
             out = fn(item)
+        except StopIteration as stop:  # from fn, inline: not the end of the stream either
+            err = stop_as_error(stop, "fn")
+            add_note(err, where)
+            raise err from stop
         except BaseException as exc:
-            add_note(
-                exc,
-                f"streambuf: raised in stage {self.name!r} (inline, in the consumer) "
-                f"while processing item #{idx}",
-            )
+            add_note(exc, where)
             raise
         self.inline_items += 1
         return True, out

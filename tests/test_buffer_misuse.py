@@ -127,7 +127,40 @@ def test_every_method_that_takes_a_lane_checks_it(call: str, lane: Any) -> None:
     assert list(sh) == ["a", "b"]  # no lane was finished, or filled, by the refused call
 
 
-@pytest.mark.parametrize("start", [1.5, "1", None, -1])
+@pytest.mark.parametrize("start", [1.5, "1", None, True])
 def test_start_lane_is_checked_when_the_buffer_is_built(start: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="start_lane"):
         ShardedBuffer(lanes=2, max_items=2, max_bytes=100, start_lane=start)
+
+
+@pytest.mark.timeout(30)
+def test_two_reservations_on_a_lane_are_given_back_each_once() -> None:
+    """``cancel`` takes back its own reservation's record, not the lane's other one
+    (which ``commit``/``release`` then still find)."""
+    sh = ShardedBuffer(lanes=1, max_items=4, max_bytes=300)
+    sh.reserve(0, 100)
+    sh.reserve(0, 200)
+    sh.cancel(0, 100)
+    sh.commit(0, b"x" * 50, 50)  # the 200-byte reservation
+    assert sh.get(timeout_s=5) == b"x" * 50
+    sh.reserve(0, 100)
+    sh.reserve(0, 200)
+    sh.cancel(0, 100)
+    sh.release(0)
+    assert (sh.stats().items, sh.stats().bytes) == (0, 0)
+    sh.put(0, b"y" * 150, timeout_s=1)  # the whole room is back
+
+
+def test_numpy_integers_are_lanes_and_sizes() -> None:
+    np = pytest.importorskip("numpy")
+    sh = ShardedBuffer(lanes=3, max_items=6, max_bytes=300, start_lane=np.int64(-1))
+    sh.reserve(np.int64(1), np.int64(10))
+    sh.cancel(np.int64(1), np.int64(10))
+    for lane in range(3):
+        sh.put(np.int64(lane), lane)
+        sh.finish(np.int64(lane))
+    assert list(sh) == [2, 0, 1]  # start_lane=-1: the last lane first
+    buf = BoundedBuffer(max_items=2, max_bytes=100)
+    buf.reserve(np.int64(10))
+    buf.put("x", reserved=np.int64(10))
+    assert buf.get() == "x" and buf.stats().bytes == 0

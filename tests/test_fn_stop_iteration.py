@@ -85,3 +85,19 @@ def test_a_bare_thread_prefetcher_raises_it_too() -> None:
     pf.close()
     assert len(got) == 1 and isinstance(got[0], RuntimeError), got
     assert "raised StopIteration" in str(got[0])
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_prefetcher_running_inline_raises_it_too() -> None:
+    """Inline (``adaptive``: the consumer runs ``fn``), the same error and note, not
+    PEP 479's bare "generator raised StopIteration"."""
+    from streambuf._inline import InlineChooser
+
+    pf = ThreadPrefetcher(
+        iter(range(50)), max_items=4, max_bytes="1MiB", threads=2, fn=_fn, adaptive=True
+    )
+    pf.chooser = InlineChooser(32, start_inline=True)
+    with pytest.raises(RuntimeError, match="fn raised StopIteration") as got:
+        list(pf)
+    assert pf.inline_items == BAD  # it ran inline, up to the bad item
+    assert "inline, in the consumer" in "\n".join(getattr(got.value, "__notes__", ()))

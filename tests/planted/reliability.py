@@ -197,9 +197,16 @@ MUTANTS = [
         "tests/test_fn_stop_iteration.py",
     ),
     _m(
+        "a ThreadPrefetcher running inline lets fn's StopIteration out as PEP 479's error",
+        "streambuf/prefetch.py",
+        "        except StopIteration as stop:  # from fn, inline: not the end of the stream either\n",
+        "        except ArithmeticError as stop:  # from fn, inline: not the end of the stream either\n",
+        "tests/test_fn_stop_iteration.py::test_a_thread_prefetcher_running_inline_raises_it_too",
+    ),
+    _m(
         "reserve() counts a reservation before checking its size",
         "streambuf/_engine.py",
-        '        check_int(nbytes, name="nbytes", maximum=MAX_BYTES)  # (before anything is counted)\n',
+        '        nbytes = check_nbytes(nbytes, name="nbytes")  # (before anything is counted)\n',
         "",
         "tests/test_buffer_misuse.py",
     ),
@@ -220,8 +227,8 @@ MUTANTS = [
     _m(
         "ShardedBuffer.cancel leaves its reservation for release() to give back again",
         "streambuf/buffer.py",
-        "        self._reserved_by.pop(lane, None)  # (a release() after it gives nothing back)\n",
-        "",
+        "                del open_[k]  # (a release() after it gives nothing back)\n",
+        "                pass\n",
         "tests/test_buffer_misuse.py",
     ),
     _m(
