@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._ledger import Ledger, Rec
 from ._meter import FLUSH, FLUSH_NS, SOURCE
+from .sharding import assign
 from .stages import Batch, Env
 
 if TYPE_CHECKING:
@@ -94,15 +95,17 @@ class Iteration:
         mode = pipe._sharding.equalize
         if mode is not None:
             sizes, ctx = pipe.sizes(), self.ctx
-            slots = max(1, ctx.world_size) * max(1, ctx.num_workers)
             # the epoch's first pass, fresh, reads each of its shards from the start to
             # the end (a resumed or elastic one from where it was, its pending samples
-            # apart; "pad"'s later passes only as far as the deficit); with fewer shards
-            # than slots a slot keeps every m-th sample of a shard (m <= slots)
+            # apart; "pad"'s later passes only as far as the deficit)
             fresh = resume is None and self.pass_index == 0 and self.progress is None
-            stride = (1 if len(sizes) >= slots else slots) if fresh else None
             return _within_declared(
-                iter(src), sizes, src.access, pipe._src.label, mode, stride=stride
+                iter(src),
+                sizes,
+                src.access,
+                pipe._src.label,
+                mode,
+                last=_last_indices(pipe, sizes, ctx) if fresh else None,
             )
         return iter(src)
 
@@ -238,7 +241,7 @@ def _within_declared(
     label: Callable[[int], str],
     mode: str,
     *,
-    stride: int | None = None,
+    last: dict[int, int] | None = None,
 ) -> Iterator[Rec]:
     """The source's records, refusing a shard whose sample count is not the declared one:
     with ``equalize`` the batch counts come from ``samples_per_shard``.
@@ -250,20 +253,20 @@ def _within_declared(
       record, if any, is one past a declared count.
     * **Overstated** (a shard read to its end short of its count): the batch counts
       would be made up by repeating samples, silently (declared 1000 for shards of 40:
-      each sample ~21 times). Checked in a fresh pass (``stride`` given: not resumed,
-      where pending samples come back out of order) that ends by running out: every
-      shard it read must have reached its declared count, within ``stride`` (a slot that
-      shares a shard with others reads every m-th sample of it, m <= ``stride``: its
-      last one may be up to m - 1 before the end). Under ``on_error="skip"`` a failed
-      shard gives only its good prefix, counted and logged where it failed, so a short
-      shard is not refused there.
+      each sample ~21 times). Checked in a fresh pass (``last`` given: not resumed,
+      where pending samples come back out of order) that ends by running out: each of
+      the slot's shards must have given the last sample the declared count puts in this
+      slot (``last``: shard -> index; a slot that shares a shard reads every m-th
+      sample of it), an empty shard included. Under ``on_error="skip"`` a failed shard
+      gives only its good prefix, counted and logged where it failed, so a short shard
+      is not refused there.
     """
     top: dict[int, int] = {}  # shard -> the highest sample index read in this pass
     try:
         for rec in it:
             shard, index = rec.pos[0], rec.pos[1]
             if index < declared[shard]:
-                if stride is not None and index > top.get(shard, -1):
+                if last is not None and index > top.get(shard, -1):
                     top[shard] = index
                 yield rec
                 continue
@@ -275,21 +278,38 @@ def _within_declared(
                 "counts (samples_per_shard=[...], one per shard)"
             )
         policy = getattr(access, "policy", None)
-        if stride is None or getattr(policy, "on_error", "raise") == "skip":
+        if last is None or getattr(policy, "on_error", "raise") == "skip":
             return
-        short = [(s, i + 1) for s, i in sorted(top.items()) if i + stride < declared[s]]
+        short = [(s, top.get(s, -1)) for s, i in sorted(last.items()) if top.get(s, -1) < i]
         if short:
-            shard, read = short[0]
+            shard, end = short[0]
             more = f" (and {len(short) - 1} more shards)" if len(short) > 1 else ""
+            ended = f"it ended at sample {end}" if end >= 0 else "it gave no sample"
             raise ValueError(
                 f"shard {_shard_name(access, label, shard)} has fewer samples than "
-                f"samples_per_shard declares: {declared[shard]} declared, it ended at "
-                f"sample {read - 1}{more}; equalize={mode!r} counts batches from the declared counts, "
+                f"samples_per_shard declares: {declared[shard]} declared, {ended}{more}; "
+                f"equalize={mode!r} counts batches from the declared counts, "
                 "so the missing samples would be made up by repeating others; pass the "
                 "true counts (samples_per_shard=[...], one per shard)"
             )
     finally:
         _close(it)
+
+
+def _last_indices(pipe: Any, sizes: list[int], ctx: Any) -> dict[int, int]:
+    """Shard -> the index of the last sample this slot reads of it, by the declared
+    counts (``sharding.assign``: the slot's shards, and its stride and offset where it
+    shares one); shards the slot gets no sample of are left out."""
+    workers = max(1, ctx.num_workers)
+    slot, slots = ctx.rank * workers + ctx.worker, max(1, ctx.world_size) * workers
+    n = len(sizes)
+    a = assign(n, pipe._sharding.order(n, ctx.epoch), slot, slots)
+    out = {}
+    for s in a.shards:
+        k = len(range(a.offset, sizes[s], a.stride))
+        if k:
+            out[s] = a.offset + (k - 1) * a.stride
+    return out
 
 
 def _shard_name(access: Any, label: Callable[[int], str], shard: int) -> str:

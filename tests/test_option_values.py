@@ -407,6 +407,20 @@ def test_a_shard_cut_short_under_on_error_skip_is_not_refused(tmp_path: Path) ->
     assert 12 < len(set(got)) < 18 and len(got) <= 18  # (the 3 batches of 6 declared)
 
 
+def test_an_empty_shard_with_a_declared_count_is_an_error(tmp_path: Path) -> None:
+    """A shard that gives no sample at all is short too (it never shows in the stream)."""
+    import tarfile
+
+    from tests.sources.helpers import make_shards
+
+    make_shards(tmp_path / "s", 2, 4)
+    with tarfile.open(tmp_path / "s" / "shard-99999.tar", "w"):
+        pass  # an empty tar
+    pipe = sb.shards(str(tmp_path / "s" / "*.tar"), equalize="pad", samples_per_shard=4)
+    with pytest.raises(ValueError, match=r"shard-99999\.tar .*4 declared, it gave no sample"):
+        list(pipe.batch(2))
+
+
 def test_a_shard_shared_by_slots_is_not_short(tmp_path: Path) -> None:
     """Fewer shards than slots: each slot reads every m-th sample of its shard, and
     its last one is before the end; the right counts are not refused."""

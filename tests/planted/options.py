@@ -85,8 +85,8 @@ MUTANTS = [
     _m(
         "a shard shorter than its samples_per_shard is padded by repeats, silently",
         "streambuf/_iteration.py",
-        "        short = [(s, i + 1) for s, i in sorted(top.items()) if i + stride < declared[s]]",
-        "        short = [(s, i + 1) for s, i in sorted(top.items()) if i + stride < 0]",
+        "        short = [(s, top.get(s, -1)) for s, i in sorted(last.items()) if top.get(s, -1) < i]",
+        "        short = [(s, top.get(s, -1)) for s, i in sorted(last.items()) if False]",
         f"{VALUES}::test_overstated_samples_per_shard_is_an_error_not_repeated_samples",
         f"{VALUES}::test_overstated_samples_per_shard_is_an_error_in_loader_workers",
     ),
@@ -100,15 +100,15 @@ MUTANTS = [
     _m(
         "a slot sharing a shard with others must read it to its last sample",
         "streambuf/_iteration.py",
-        "            stride = (1 if len(sizes) >= slots else slots) if fresh else None",
-        "            stride = 1 if fresh else None",
+        "            out[s] = a.offset + (k - 1) * a.stride",
+        "            out[s] = sizes[s] - 1",
         f"{VALUES}::test_a_shard_shared_by_slots_is_not_short",
     ),
     _m(
         "a shard cut short under on_error='skip' is refused as overstated",
         "streambuf/_iteration.py",
-        '        if stride is None or getattr(policy, "on_error", "raise") == "skip":',
-        "        if stride is None:",
+        '        if last is None or getattr(policy, "on_error", "raise") == "skip":',
+        "        if last is None:",
         f"{VALUES}::test_a_shard_cut_short_under_on_error_skip_is_not_refused",
     ),
     _m(
