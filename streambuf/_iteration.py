@@ -106,6 +106,7 @@ class Iteration:
                 pipe._src.label,
                 mode,
                 last=_last_indices(pipe, sizes, ctx) if fresh else None,
+                arg=pipe._sharding.arg_names.get("samples_per_shard", "samples_per_shard"),
             )
         return iter(src)
 
@@ -242,6 +243,7 @@ def _within_declared(
     mode: str,
     *,
     last: dict[int, int] | None = None,
+    arg: str = "samples_per_shard",
 ) -> Iterator[Rec]:
     """The source's records, refusing a shard whose sample count is not the declared one:
     with ``equalize`` the batch counts come from ``samples_per_shard``.
@@ -272,10 +274,10 @@ def _within_declared(
                 continue
             raise ValueError(
                 f"shard {_shard_name(access, label, shard)} has more samples than "
-                f"samples_per_shard declares: {declared[shard]} declared, at least "
+                f"{arg} declares: {declared[shard]} declared, at least "
                 f"{index + 1} read (sample {index}); equalize={mode!r} counts batches from "
                 "the declared counts, so the extra samples would be lost; pass the true "
-                "counts (samples_per_shard=[...], one per shard)"
+                f"counts ({arg}=[...], one per shard)"
             )
         policy = getattr(access, "policy", None)
         if last is None or getattr(policy, "on_error", "raise") == "skip":
@@ -287,10 +289,10 @@ def _within_declared(
             ended = f"it ended at sample {end}" if end >= 0 else "it gave no sample"
             raise ValueError(
                 f"shard {_shard_name(access, label, shard)} has fewer samples than "
-                f"samples_per_shard declares: {declared[shard]} declared, {ended}{more}; "
+                f"{arg} declares: {declared[shard]} declared, {ended}{more}; "
                 f"equalize={mode!r} counts batches from the declared counts, "
                 "so the missing samples would be made up by repeating others; pass the "
-                "true counts (samples_per_shard=[...], one per shard)"
+                f"true counts ({arg}=[...], one per shard)"
             )
     finally:
         _close(it)

@@ -397,16 +397,17 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
             return known
         n = self._src.num_shards() or 0
         sps = self._sharding.samples_per_shard
+        arg = self._sharding.arg_names.get("samples_per_shard", "samples_per_shard")
         if sps is None:
             raise ValueError(
                 f"equalize={self._sharding.equalize!r} needs the number of samples per shard: pass "
-                "samples_per_shard= (an int, or one count per shard)"
+                f"{arg}= (an int, or one count per shard)"
             )
         if isinstance(sps, int):
             return [sps] * n
         if len(sps) != n:
             raise ValueError(
-                f"samples_per_shard has {len(sps)} counts for {n} shards: give one count "
+                f"{arg} has {len(sps)} counts for {n} shards: give one count "
                 "per shard, in the order of the shard list (or one int for all)"
             )
         return list(sps)

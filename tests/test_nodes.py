@@ -279,6 +279,29 @@ def test_reset_shutdown_and_garbage_collection_stop_the_threads():
     assert wait_for_threads(name, timeout_s=2.0) == []
 
 
+def test_a_graph_whose_map_fn_failed_stops_its_threads_when_dropped():
+    """The error's traceback holds the node's ``next`` frame, and so the node: the
+    finalizer's registry (holding the run) kept it, its threads and its upstream's
+    alive for good (2 more threads for each failed graph dropped)."""
+
+    def bad(x):
+        if x == 13:
+            raise KeyError("boom")
+        return x
+
+    for _ in range(2):
+        pipe = sb.Pipeline(list(range(40)), seed=1).map(ids, threads=2)
+        node = sb.nodes.ParallelMapper(
+            sb.nodes.PipelineNode(pipe), bad, threads=3, max_bytes="1MiB"
+        )
+        with pytest.raises(KeyError):
+            list(Loader(node))
+        assert _alive("streambuf-ParallelMapper") == 0  # stopped at the error
+        del node, pipe
+        gc.collect()
+    assert wait_for_threads("streambuf", timeout_s=5.0) == []
+
+
 def test_reset_is_bounded_when_map_fn_is_stuck():
     release = threading.Event()
 

@@ -77,6 +77,7 @@ class _ThreadedNode(BaseNode[T]):
         self._src_lock = threading.Lock()  # serialises the source, across runs
         self._run: MapRun | None = None
         self._stop: weakref.finalize | None = None  # closes _run: on reset, shutdown, GC
+        self._failed: BaseException | None = None  # the error the iteration ended with
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         """Stop the current iteration's threads (bounded join), drop what they hold, and
@@ -86,6 +87,7 @@ class _ThreadedNode(BaseNode[T]):
         )
         super().reset(initial_state)
         self._close()
+        self._failed = None
         if not self._src_lock.acquire(timeout=self.join_timeout_s):
             raise RuntimeError(
                 f"{self.name}: a thread of the previous iteration is still inside the "
@@ -121,7 +123,20 @@ class _ThreadedNode(BaseNode[T]):
         if self._run is None:  # unpickled: its iteration stayed in the other process
             self.reset()
         assert self._run is not None
-        out: T = self._run.next()
+        if self._failed is not None:
+            raise self._failed  # again, until a reset: not a silent end
+        try:
+            out: T = self._run.next()
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            # the iteration ended in an error: its threads stop now. The error's
+            # traceback holds this frame and so this node, which the finalizer's
+            # registry (holding the run) would then keep alive for good, threads and
+            # all; closed, only a cycle is left, which a collection frees
+            self._failed = exc
+            self._close()
+            raise
         return out
 
     def get_state(self) -> dict[str, Any]:
@@ -136,7 +151,7 @@ class _ThreadedNode(BaseNode[T]):
         """Pickles as configuration (threads and locks stay here): a copy starts from
         the beginning, or from a state given to ``reset``."""
         state = self.__dict__.copy()
-        state.update(_src_lock=None, _run=None, _stop=None)
+        state.update(_src_lock=None, _run=None, _stop=None, _failed=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

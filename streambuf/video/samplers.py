@@ -19,8 +19,9 @@ Invariants:
   seeds the generator with ``(seed, epoch, video index)`` (``sampler_rng``).
 * Timestamp samplers never compute time from index / fps: a timestamp ``t`` maps to the
   frame displayed at ``t``, the one whose ``[pts, next pts)`` contains it.
-* Clips that run past the end (only possible with an explicit ``sampling_range_end``) are
-  completed by ``policy``: ``"repeat_last"`` repeats the last valid frame, ``"wrap"``
+* Clips that run past the end (an index sampler's on a video shorter than one clip's
+  span, a timestamp sampler's with an explicit ``sampling_range_end``, the last of
+  ``every_frame_windows``) are completed by ``policy``: ``"repeat_last"`` repeats the last valid frame, ``"wrap"``
   restarts from the clip's first frame, ``"error"`` raises ``ValueError``.
 """
 
@@ -64,15 +65,15 @@ def sampler_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, index])
 
 
-def _complete(values: list, desired: int, policy: str) -> list:
-    """Fill a clip that ran past the end of the video, per ``policy``."""
+def _complete(values: list, desired: int, policy: str, fix: str) -> list:
+    """Fill a clip that ran past the end of the video, per ``policy`` (``fix``: what
+    the caller's sampler offers instead, for the error)."""
     if len(values) >= desired:
         return values
     if policy == "error" or not values:
         raise ValueError(
             f"policy='error': a clip needs {desired} frames but only {len(values)} lie "
-            "before the end of the video; leave sampling_range_end at None, or use "
-            "policy='repeat_last' or 'wrap'"
+            f"before the end of the video; {fix}"
         )
     if policy == "wrap":
         return (values * (desired // len(values) + 1))[:desired]
@@ -148,7 +149,13 @@ class _IndexSampler:
             starts = torch.linspace(start, end - 1, steps=self.num_clips, dtype=torch.int).tolist()
         step, count = self.num_indices_between_frames, self.num_frames_per_clip
         return [
-            _complete(list(range(s, min(s + step * (count - 1) + 1, n), step)), count, self.policy)
+            _complete(
+                list(range(s, min(s + step * (count - 1) + 1, n), step)),
+                count,
+                self.policy,
+                "the video is shorter than one clip's span: use policy='repeat_last' or "
+                "'wrap', or fewer frames per clip, or leave such videos out",
+            )
             for s in starts
         ]
 
@@ -285,7 +292,14 @@ class _TimeSampler:
                 for i in range(self.num_frames_per_clip)
                 if (t := s + i * between) < info.end_seconds
             ]
-            clips.append(_complete(times, self.num_frames_per_clip, self.policy))
+            clips.append(
+                _complete(
+                    times,
+                    self.num_frames_per_clip,
+                    self.policy,
+                    "leave sampling_range_end at None, or use policy='repeat_last' or 'wrap'",
+                )
+            )
         flat = np.asarray([t for c in clips for t in c], dtype=np.float64)
         idx = info.frame_at(flat).reshape(len(clips), self.num_frames_per_clip)
         return idx.tolist()
@@ -366,7 +380,12 @@ class _Windows:
             if len(frames) < size:
                 if self.policy == "drop":
                     break
-                frames = _complete(frames, size, self.policy)
+                frames = _complete(
+                    frames,
+                    size,
+                    self.policy,
+                    "use policy='drop' (no last partial window), 'repeat_last' or 'wrap'",
+                )
             clips.append(frames)
             if s + size >= n:
                 break

@@ -365,7 +365,7 @@ def clips(
     cache_dir: str | os.PathLike[str] | None = None,
     cache_limit: int | str | None = None,
     equalize: Equalize | None = None,
-    clips_per_video: int | None = None,
+    clips_per_video: int | Sequence[int] | None = None,
     rank: int | None = None,
     world_size: int | None = None,
     audio: bool | dict[str, int | None] | None = None,
@@ -404,8 +404,10 @@ def clips(
             that does not fit is read remotely as without a cache. Local files never.
         equalize: None, "drop" or "pad": the same number of batches on every rank (DDP);
             needs ``.batch()`` and a known clip count per video.
-        clips_per_video: clips each video yields (for ``equalize``); inferred from
-            ``clips_at_random_*`` and ``clips_at_regular_indices``.
+        clips_per_video: clips each video yields (for ``equalize``): an int for all, or
+            one count per video in the order of the list (videos of different lengths
+            under a window sampler); inferred from ``clips_at_random_*`` and
+            ``clips_at_regular_indices``.
         rank, world_size: override ``torch.distributed``.
         audio: True (each stream's own rate and channels) or ``{"sample_rate": 16000,
             "channels": 1}`` (resampled, downmixed: give both to batch clips of mixed
@@ -449,11 +451,14 @@ def clips(
     from ..sources.options import check_cache_options
 
     folder, limit = check_cache_options(cache_dir, cache_limit)
-    if clips_per_video is not None:
-        parse_count(clips_per_video, name="clips_per_video")
+    counts: int | tuple[int, ...] | None = None
+    if isinstance(clips_per_video, Sequence):
+        counts = tuple(clips_per_video)  # one per video: checked by Sharding
+    elif clips_per_video is not None:
+        counts = parse_count(clips_per_video, name="clips_per_video")
     elif equalize is not None:
-        clips_per_video = fixed_clip_count(sampler)
-        if clips_per_video is None:
+        counts = fixed_clip_count(sampler)
+        if counts is None:
             raise ValueError(
                 f"equalize={equalize!r} needs the number of clips per video; this sampler's "
                 "count depends on each video's length: pass clips_per_video="
@@ -461,7 +466,7 @@ def clips(
     sharding = Sharding(
         shuffle_shards=shuffle_videos,
         seed=seed,
-        samples_per_shard=clips_per_video,
+        samples_per_shard=counts,
         equalize=equalize,
         rank=rank,
         world_size=world_size,

@@ -204,6 +204,13 @@ MUTANTS = [
         "tests/test_fn_stop_iteration.py::test_a_thread_prefetcher_running_inline_raises_it_too",
     ),
     _m(
+        "a nodes mapper whose map_fn failed keeps its threads (the error holds the node)",
+        "streambuf/nodes/map.py",
+        "            self._failed = exc\n            self._close()\n",
+        "            self._failed = exc\n",
+        "tests/test_nodes.py::test_a_graph_whose_map_fn_failed_stops_its_threads_when_dropped",
+    ),
+    _m(
         "reserve() counts a reservation before checking its size",
         "streambuf/_engine.py",
         '        nbytes = check_nbytes(nbytes, name="nbytes")  # (before anything is counted)\n',

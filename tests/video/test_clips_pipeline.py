@@ -300,3 +300,44 @@ def test_threads_must_be_a_count_or_auto(paths) -> None:
     for bad in ("many", 0, 2.5):
         with pytest.raises((TypeError, ValueError), match="threads"):
             clips(paths, sampler=SAMPLER, threads=bad)
+
+
+def test_equalize_takes_one_clip_count_per_video_and_names_it(paths) -> None:
+    """A window sampler's clip count follows each video's length: ``clips_per_video``
+    takes one count per video, and a wrong one is refused under that name (the
+    message named ``samples_per_shard``, which ``clips()`` has not, and a list was
+    refused, so such videos could not be equalized at all)."""
+    windows = every_frame_windows(4, policy="drop")
+    true = [len(list(decode_clips(p, sampler=windows, index=i))) for i, p in enumerate(paths)]
+    assert len(set(true)) > 1  # the test videos differ in length
+    pipe = clips(
+        paths, sampler=windows, width=16, height=16, equalize="pad", clips_per_video=true
+    ).batch(1, collate=list)
+    assert sum(len(b) for b in pipe) == sum(true)
+    over = [true[0] + 1, *true[1:]]
+    pipe = clips(
+        paths, sampler=windows, width=16, height=16, equalize="pad", clips_per_video=over
+    ).batch(1, collate=list)
+    with pytest.raises(
+        ValueError, match=r"clips_per_video declares: .* declared.*clips_per_video=\["
+    ):
+        list(pipe)
+    with pytest.raises(ValueError, match="clips_per_video has 1 counts for"):
+        list(clips(paths, sampler=windows, equalize="pad", clips_per_video=[3]).batch(1))
+
+
+def test_policy_error_names_the_fix_the_sampler_has(tmp_path) -> None:
+    """Each sampler's too-short error offers what that sampler has (an index sampler
+    said "leave sampling_range_end at None", already None; a window sampler's real
+    alternative, policy='drop', was not named)."""
+    from streambuf.errors import VideoError
+    from tests.video.conftest import VideoSpec, write_video
+
+    spec = VideoSpec("short3", "libx264", "mp4", width=32, height=32, num_frames=3)
+    short = str(write_video(tmp_path / "short3.mp4", spec))
+    index = clips_at_random_indices(num_clips=1, num_frames_per_clip=8, policy="error")
+    with pytest.raises(VideoError, match=r"shorter than one clip's span: use policy='repeat_last'"):
+        list(decode_clips(short, sampler=index))
+    windows = every_frame_windows(8, policy="error")
+    with pytest.raises(VideoError, match=r"use policy='drop'"):
+        list(decode_clips(short, sampler=windows))
