@@ -99,12 +99,16 @@ def add_note(exc: BaseException, note: str) -> BaseException:
     return exc
 
 
-def stop_as_error(stop: StopIteration, fn: str) -> RuntimeError:
+def stop_as_error(stop: StopIteration, fn: str, where: str | None = None) -> RuntimeError:
     """The error for a ``StopIteration`` raised by a user function ``fn`` that a stage
-    calls (raised ``from stop``). Let through, it would end the stream early and
-    silently (``map()`` of one thread is the built-in ``map``, which takes it as the end)."""
-    return RuntimeError(
+    calls (raised ``from stop``), with the note ``where`` (the stage and item). Let
+    through, it would end the stream early and silently (``map()`` of one thread is the
+    built-in ``map``, which takes it as the end)."""
+    err = RuntimeError(
         f"{fn} raised StopIteration ({stop!r}): a function called on each item must not "
         "raise it (it would end the stream early); return a value, or drop items with "
         "filter()"
     )
+    if where is not None:
+        add_note(err, where)
+    return err

@@ -420,9 +420,7 @@ class ThreadPrefetcher(Generic[T]):
         try:
             return seq, fn(item)
         except StopIteration as stop:  # from fn: it must not end the stream
-            err = stop_as_error(stop, "fn")
-            add_note(err, self._where(idx))
-            raise err from stop
+            raise stop_as_error(stop, "fn", self._where(idx)) from stop
         except BaseException as exc:
             add_note(exc, self._where(idx))
             raise
@@ -481,9 +479,7 @@ class ThreadPrefetcher(Generic[T]):
         try:
             out = fn(item)
         except StopIteration as stop:  # from fn, inline: not the end of the stream either
-            err = stop_as_error(stop, "fn")
-            add_note(err, where)
-            raise err from stop
+            raise stop_as_error(stop, "fn", where) from stop
         except BaseException as exc:
             add_note(exc, where)
             raise

@@ -129,16 +129,19 @@ class Stage:
             set_epoch(epoch)
 
 
+def _raised_in(name: str, rec: Rec) -> str:
+    """The note on an error a stage's function raised on ``rec``."""
+    return f"streambuf: raised in stage {name!r} on {describe(rec.value)}"
+
+
 def _call(fn: Callable[[Any], Any], name: str) -> Callable[[Rec], Rec]:
     def call(rec: Rec) -> Rec:
         try:
             return rec.with_value(fn(rec.value))
         except StopIteration as stop:  # not the end of the stream (the built-in map's)
-            err = stop_as_error(stop, "fn")
-            add_note(err, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
-            raise err from stop
+            raise stop_as_error(stop, "fn", _raised_in(name, rec)) from stop
         except Exception as exc:
-            add_note(exc, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
+            add_note(exc, _raised_in(name, rec))
             raise
 
     return call
@@ -314,11 +317,9 @@ class Filter(Stage):
             try:
                 keep = fn(rec.value)
             except StopIteration as stop:  # (a generator would say only that it raised it)
-                err = stop_as_error(stop, "fn")
-                add_note(err, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
-                raise err from stop
+                raise stop_as_error(stop, "fn", _raised_in(name, rec)) from stop
             except Exception as exc:
-                add_note(exc, f"streambuf: raised in stage {name!r} on {describe(rec.value)}")
+                add_note(exc, _raised_in(name, rec))
                 raise
             if keep:
                 yield rec
