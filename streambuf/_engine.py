@@ -86,11 +86,13 @@ class _Lane:
         "q",
         "reserved",
         "reserved_bytes",
+        "sizes",
         "waiters",
     )
 
     def __init__(self) -> None:
-        self.q: deque[tuple[Any, int]] = deque()
+        self.q: deque[Any] = deque()  # the queued items, oldest first
+        self.sizes: deque[int] = deque()  # their sizes, in step with q
         self.bytes = 0  # queued + reserved
         self.reserved = 0  # reservations not yet turned into items
         self.reserved_bytes = 0  # their bytes (a cancel or a put gives back at most this)
@@ -348,7 +350,8 @@ class Engine(Generic[T]):
         if size > limit:
             lane.oversize += 1
             self._oversize += 1
-        lane.q.append((item, size))
+        lane.q.append(item)
+        lane.sizes.append(size)
         self._count_bytes(lane, size)
         lane.puts += 1
         n = len(lane.q)
@@ -417,7 +420,8 @@ class Engine(Generic[T]):
             if index is None:
                 index = self._wait_for_item(timeout_s)
             lane = self._lanes[index]
-            item, size = lane.q.popleft()
+            item = lane.q.popleft()
+            size = lane.sizes.popleft()
             lane.bytes -= size
             lane.gets += 1
             self._items -= 1
@@ -487,7 +491,7 @@ class Engine(Generic[T]):
     def _forget_reservations(self) -> None:
         """After close: producers' reservations are void (their puts will fail)."""
         for ln in self._lanes:
-            ln.bytes = sum(size for _, size in ln.q)
+            ln.bytes = sum(ln.sizes)
             ln.reserved = ln.reserved_bytes = 0
         self._reserved = 0
         self._bytes = sum(ln.bytes for ln in self._lanes)
@@ -515,6 +519,7 @@ class Engine(Generic[T]):
             self._closed = True
             for lane in self._lanes:
                 lane.q.clear()
+                lane.sizes.clear()
             self._arrivals.clear()
             self._items = 0
             self._forget_reservations()

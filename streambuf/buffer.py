@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 from ._engine import Engine
@@ -49,7 +48,6 @@ __all__ = ["BoundedBuffer", "BufferStats", "Order", "ShardedBuffer"]
 
 T = TypeVar("T")
 Order = Literal["round_robin", "first_ready"]
-_item, _size = itemgetter(0), itemgetter(1)  # of a queued (item, size) pair
 
 
 class BoundedBuffer(Engine[T]):
@@ -87,7 +85,8 @@ class BoundedBuffer(Engine[T]):
             lanes=1, max_items=max_items, max_bytes=max_bytes, pooled=True, sizeof=sizeof
         )
         self._lane0 = self._lanes[0]
-        self._q = self._lane0.q
+        self._q = self._lane0.q  # the queued items
+        self._qs = self._lane0.sizes  # their sizes, in step
         # exact type -> sizer, for the default sizer only (the same numbers, no dispatch)
         self._exact: dict[type, Callable[[Any], int]] = nbytes.exact if sizeof is nbytes else {}
 
@@ -112,7 +111,8 @@ class BoundedBuffer(Engine[T]):
                 n and (n >= self._max_items or self._bytes + size > self._max_bytes)
             ):
                 self._wait_for_room(self._lane0, self._pool_waiters, size, timeout_s)
-            self._q.append((item, size))
+            self._q.append(item)
+            self._qs.append(size)
             self._lane0.bytes += size
             held = self._bytes = self._bytes + size
             n = self._items = self._items + 1
@@ -196,10 +196,11 @@ class BoundedBuffer(Engine[T]):
     def _sizes(self, batch: list[Any]) -> list[int]:
         """Each item's size, as ``put`` sizes it (one type with an exact sizer: mapped)."""
         exact, sizeof = self._exact, self._sizeof
-        if batch and len(set(map(type, batch))) == 1:
-            sizer = exact.get(type(batch[0]))
-            if sizer is not None:
-                return list(map(sizer, batch))
+        if batch:
+            first = type(batch[0])
+            sizer = exact.get(first)
+            if sizer is not None and list(map(type, batch)).count(first) == len(batch):
+                return list(map(sizer, batch))  # one exact type: mapped
         return [
             sizer(x) if (sizer := exact.get(type(x))) is not None else check_size(sizeof(x))
             for x in batch
@@ -215,7 +216,8 @@ class BoundedBuffer(Engine[T]):
     def _queue_run(self, run: list[Any], sizes: list[int], k: int, added: int, over: int) -> None:
         """Queue ``run`` (``k`` items of ``sizes``, ``added`` bytes in all, ``over`` of
         them oversize), which fits (lock held): the bounds are checked."""
-        self._q.extend(zip(run, sizes))
+        self._q.extend(run)
+        self._qs.extend(sizes)
         self._lane0.bytes += added
         held = self._bytes = self._bytes + added
         n = self._items = self._items + k
@@ -250,7 +252,8 @@ class BoundedBuffer(Engine[T]):
         with self._lock:
             if not self._items:
                 self._wait_for_item(timeout_s)
-            item, size = self._q.popleft()
+            item = self._q.popleft()
+            size = self._qs.popleft()
             self._lane0.bytes -= size
             self._bytes -= size
             self._items -= 1
@@ -277,16 +280,16 @@ class BoundedBuffer(Engine[T]):
         with self._lock:
             if not self._items:
                 self._wait_for_item(timeout_s)
-            q = self._q
+            q, qs = self._q, self._qs
             if max_items >= self._items:
-                got = list(map(_item, q))
-                freed = sum(map(_size, q))
+                got = list(q)
+                freed = sum(qs)
                 q.clear()
+                qs.clear()
             else:
-                pop = q.popleft
-                pairs = [pop() for _ in range(max_items)]
-                got = list(map(_item, pairs))
-                freed = sum(map(_size, pairs))
+                pop, spop = q.popleft, qs.popleft
+                got = [pop() for _ in range(max_items)]
+                freed = sum([spop() for _ in range(max_items)])
             self._lane0.bytes -= freed
             self._bytes -= freed
             self._items -= len(got)

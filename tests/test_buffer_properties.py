@@ -43,9 +43,11 @@ class Checker:
         self.max_items_seen = max(self.max_items_seen, eng._items)
         if eng._items != sum(len(ln.q) for ln in eng._lanes):
             self.violations.append("item count out of sync")
+        if any(len(ln.q) != len(ln.sizes) for ln in eng._lanes):
+            self.violations.append("items and their sizes out of step")
         if eng._bytes != sum(ln.bytes for ln in eng._lanes):
             self.violations.append("byte count out of sync")
-        if eng._reserved == 0 and eng._bytes != sum(s for ln in eng._lanes for _, s in ln.q):
+        if eng._reserved == 0 and eng._bytes != sum(s for ln in eng._lanes for s in ln.sizes):
             self.violations.append("bytes held differ from the queued items' sizes")
         if not admitted:
             return
