@@ -63,7 +63,11 @@ class SequenceSource:
         return None if any(n is None for n in names) else names  # type: ignore[return-value]
 
     def fingerprint(self) -> str:
-        return ""  # the shard list is checked by identity (streambuf._identity)
+        """ "" (the shard list is checked by identity, ``streambuf._identity``), or what
+        a sequence of plain items says it is (``state_identity()``: e.g. ``token_files``'
+        blocks name their files, whose order the block numbers depend on)."""
+        identity = getattr(self.shards, "state_identity", None)
+        return f";items[{identity()}]" if callable(identity) else ""
 
     def lanes(self) -> tuple[int, str] | None:
         """Items and ``expand``: one inline lane; a reader says its own (``lanes()``:

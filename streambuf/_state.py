@@ -256,6 +256,15 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
             "epoch without load_state_dict())"
         )
     if state["fingerprint"] != shape(pipe):
+        saved, now = state["fingerprint"].split(";items["), shape(pipe).split(";items[")
+        if len(saved) == len(now) == 2 and saved[0] == now[0]:
+            raise ValueError(
+                f"this state was saved over other items ({saved[1][:-1]!r}, this pipeline "
+                f"has {now[1][:-1]!r}): a saved position is an item's number, which means "
+                "the same item only in the same list; token_files numbers its blocks "
+                "through its files in the order given, so list the same files in the "
+                "saved order (a glob is sorted; sort a list you build)"
+            )
         raise ValueError(
             "this state was saved by a different pipeline (stages, a shuffle's seed, shard "
             f"shuffling, equalize or mixed sources differ: saved {state['fingerprint']!r}, "

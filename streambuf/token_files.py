@@ -4,7 +4,8 @@ The layout of nanoGPT-style and LitData-style pipelines: each file is a flat arr
 token ids (``uint16`` for vocabularies up to 65,536, else ``uint32``), no header. Block
 ``b`` of a file is tokens ``[b * seq_len, b * seq_len + seq_len + overlap)`` (``overlap=1``:
 the next-token target of the last position too), read with one ranged request of its
-bytes (a local file: one ``os.pread`` on a descriptor kept per file and worker; else
+bytes (a local file: one ``os.pread`` on a descriptor kept per file and worker, at most
+64, closed when the pipeline is collected; else
 ``streambuf.io.open_stream``: HTTP ``Range`` with
 resume at the offset after a dropped connection, any fsspec URL). The blocks of all files
 are the pipeline's items: shuffled across and within files by ``(seed, epoch)``, split
@@ -25,9 +26,12 @@ Tokens at the end of a file that do not fill a block are not read (as nanoGPT's 
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -35,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._identity import shard_name
 from ._units import check_bool, check_int, parse_count
 from .io.cache import cached_file
 from .io.opener import open_stream
@@ -50,12 +55,23 @@ _DTYPES = ("uint8", "uint16", "int32", "uint32", "int64")
 
 
 class _Blocks(Sequence[tuple[int, int]]):
-    """Every block of every file as ``(file, block)``, by one global number."""
+    """Every block of every file as ``(file, block)``, by one global number.
 
-    def __init__(self, counts: Sequence[int]) -> None:
+    A saved position is a block number, which means a file and a block only for the
+    same files in the same order: ``state_identity()`` (in the state's fingerprint) is a
+    digest of the files' names (``streambuf._identity.shard_name``: a moved folder or a
+    re-signed URL keeps it) and block counts, so a state does not load into a list that
+    is reordered, or that swaps a file for another with as many blocks."""
+
+    def __init__(self, counts: Sequence[int], names: Sequence[str | None] = ()) -> None:
         self.starts = [0]
         for c in counts:
             self.starts.append(self.starts[-1] + c)
+        listed = json.dumps([list(names), list(counts)]).encode()
+        self._identity = f"token_files:{len(counts)}:{hashlib.sha256(listed).hexdigest()[:16]}"
+
+    def state_identity(self) -> str:
+        return self._identity
 
     def __len__(self) -> int:
         return self.starts[-1]
@@ -80,6 +96,9 @@ class _Handles:
         self.lock = threading.Lock()
         self.open: OrderedDict[int, list[Any]] = OrderedDict()  # f -> [fd, close, users]
         self.retry_at: dict[int, float] = {}  # f -> when to try caching it again
+        # the descriptors are closed when these handles are collected (with the
+        # pipeline that owns them), not left open for the life of the process
+        weakref.finalize(self, _close_all, self.open)
 
     def acquire(
         self, f: int, opener: Callable[[], tuple[int, Callable[[], None]] | None]
@@ -120,6 +139,11 @@ class _Handles:
         if excess > 0:
             for old in [k for k, e in self.open.items() if e[2] == 0][:excess]:
                 self.open.pop(old)[1]()
+
+
+def _close_all(handles: OrderedDict[int, list[Any]]) -> None:
+    while handles:
+        handles.popitem()[1][1]()
 
 
 class _ReadBlock:
@@ -206,7 +230,13 @@ def _is_local(url: str) -> bool:
 
 def _size(url: str, kw: dict[str, Any]) -> int:
     if _is_local(url):
-        return os.path.getsize(url.removeprefix("file://"))
+        path = url.removeprefix("file://")
+        if os.path.isdir(path):
+            raise ValueError(
+                f"token_files: {path} is a directory, not a token file: list the files in "
+                f"it (e.g. {os.path.join(path, '*.bin')!r})"
+            )
+        return os.path.getsize(path)
     with open_stream(url, length=1, **kw) as r:
         size = r.size
     if size is None:
@@ -267,7 +297,7 @@ def token_files(
                 "file (another dtype=, or a header to strip?)"
             )
         counts.append(max(0, (size // itemsize - overlap) // seq_len))
-    blocks = _Blocks(counts)
+    blocks = _Blocks(counts, [shard_name(u) for u in files])
     pipe = Pipeline(
         blocks,
         shuffle_shards=shuffle,

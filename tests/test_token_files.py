@@ -89,6 +89,9 @@ def test_a_file_that_is_not_whole_tokens_is_named(tmp_path: Path) -> None:
         sb.token_files([*paths, str(bad)], seq_len=SEQ)
     with pytest.raises(ValueError, match="dtype"):
         sb.token_files(paths, seq_len=SEQ, dtype="float32")
+    for folder in (str(tmp_path), f"{tmp_path}/"):  # (read as a 4 KiB file, failed later)
+        with pytest.raises(ValueError, match=f"{tmp_path}/? is a directory.*list the files"):
+            sb.token_files([*paths, folder], seq_len=SEQ)
     with pytest.raises(ValueError, match="overlap"):
         sb.token_files(paths, seq_len=SEQ, overlap=-1)
 
@@ -138,3 +141,63 @@ def test_keep_dtype_gives_the_files_tokens_as_stored(
     check_blocks(samples, {p: p for p in paths}, dtype, 0)
     with pytest.raises(TypeError, match="keep_dtype"):
         sb.token_files(paths, seq_len=SEQ, keep_dtype="yes")
+
+
+def test_a_state_does_not_load_into_the_files_in_another_order(token_root: Path) -> None:
+    """A saved position is a block number: the same block only for the same files in the
+    same order. A reordered list, or a file swapped for another with as many blocks, is
+    refused (it lost and duplicated blocks silently); the same files moved elsewhere
+    resume exactly once."""
+    import json
+    import shutil
+
+    paths = sorted(str(p) for p in token_root.glob("tokens-*.bin"))
+
+    def loader(files: list[str]) -> sb.Loader:
+        pipe = sb.token_files(files, seq_len=SEQ, overlap=1, seed=1).batch(3)
+        return sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="2MiB", timeout_s=60)
+
+    first_loader = loader(paths)
+    it = iter(first_loader)
+    first = [block_ids(next(it)) for _ in range(4)]
+    state = json.loads(json.dumps(first_loader.state_dict()))
+    del it
+    with pytest.raises(ValueError, match=r"saved order .*token_files|token_files.*saved order"):
+        loader(paths[::-1]).load_state_dict(state)
+    other = token_root / "swapped"
+    other.mkdir()
+    swapped = list(paths)
+    swapped[0] = str(other / "another-0.bin")
+    shutil.copy(paths[0], swapped[0])  # as many blocks, another file
+    with pytest.raises(ValueError, match="saved order"):
+        loader(swapped).load_state_dict(state)
+    moved = token_root / "moved"
+    moved.mkdir()
+    for p in paths:
+        shutil.copy(p, moved / Path(p).name)
+    resumed = loader([str(moved / Path(p).name) for p in paths])
+    resumed.load_state_dict(state)
+    rest = [block_ids(b) for b in resumed]
+    want = [(f"tokens-{f}.bin", b) for f, n in enumerate(SIZES) for b in range(blocks_of(n, 1))]
+    counted_once([x for b in first + rest for x in b], want)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+def test_descriptors_are_closed_with_their_pipeline(tmp_path: Path) -> None:
+    """Local files are read through descriptors kept per file (at most 64 a process);
+    a pipeline dropped after its run closes them (they stayed open for the life of the
+    process: a new pipeline per evaluation ran out of descriptors)."""
+    import gc
+    import os
+
+    paths = write_files(tmp_path)
+    list(sb.token_files(paths[:1], seq_len=SEQ, threads=1))  # (the process's first run
+    gc.collect()  # opens what it keeps for good: shared memory, a CPU-time reader)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        pipe = sb.token_files(paths, seq_len=SEQ, threads=1)
+        assert len(list(pipe)) == sum(blocks_of(n, 0) for n in SIZES)
+        assert len(os.listdir("/proc/self/fd")) >= before + len(paths)  # kept while alive
+        del pipe
+        gc.collect()
+        assert len(os.listdir("/proc/self/fd")) <= before

@@ -9,7 +9,7 @@ How a file is read:
 3. decode the clips in *runs* (clips whose spans lie within a second of each other,
    formed from every clip the sampler chose, so a clip's samples are the same whichever
    clips are decoded with it): one seek 0.1 s before the run, one ``AudioResampler`` to
-   the asked rate and channels, float32 planar (``streambuf.video.audio``);
+   the asked rate and channels, float32 ``[channels, n]`` (``streambuf.video.audio``);
 4. cut each clip exactly: its first sample is ``round((start - t0) * rate)``, ``t0`` the
    time of the first decoded sample (its pts, counted from the stream's start time: an
    mp3's timestamps begin after the encoder delay its decoder drops), and it has ``round(seconds * rate)`` samples, so
@@ -32,7 +32,7 @@ from typing import Any
 
 from .._failures import FailurePolicy, OnError
 from ..errors import AudioError
-from ..video.audio import AudioSamples, cut, decode_range, runs
+from ..video.audio import MAX_CHANNELS, AudioSamples, cut, decode_range, runs
 from ..video.probe import VideoSource, _import_av, source_name
 from ..video.samplers import sampler_rng
 from .samplers import AudioClipSampler
@@ -114,6 +114,11 @@ def decode_audio_clips(
             raise TypeError(f"{arg}={value!r} must be an int or None")
         if value is not None and value < 1:
             raise ValueError(f"{arg}={value} must be >= 1, or None for the file's own")
+    if channels is not None and channels > MAX_CHANNELS:
+        raise ValueError(
+            f"channels={channels}: at most {MAX_CHANNELS} (7.1), or None for the file's own "
+            f"(a file of more is downmixed to {MAX_CHANNELS})"
+        )
     if policy is None:
         policy = FailurePolicy(on_error, max_failures, stage="audio")
     _import_av()
@@ -168,16 +173,16 @@ def _clips(
     if not container.streams.audio:
         raise AudioError("has no audio stream", stage="audio.open", source=name)
     stream = container.streams.audio[0]
-    duration = _duration(container, stream)
+    # a stream's timestamps may start after 0 (mp3: the encoder delay the decoder drops
+    # is in them): a file's time is counted from its first sample, as players do
+    origin = float(stream.start_time * stream.time_base) if stream.start_time else 0.0
+    duration = _duration(container, stream, origin)
     if duration is None:
         raise AudioError(
             "its duration is unknown (no header says it): clips cannot be placed",
             stage="audio.open",
             source=name,
         )
-    # a stream's timestamps may start after 0 (mp3: the encoder delay the decoder drops
-    # is in them): a file's time is counted from its first sample, as players do
-    origin = float(stream.start_time * stream.time_base) if stream.start_time else 0.0
     stats.files += 1
     try:
         starts = sampler.sample(duration, sampler_rng(*key))
@@ -185,7 +190,7 @@ def _clips(
         raise AudioError(f"cannot sample clips: {exc}", stage="audio.sample", source=name) from exc
     seconds = float(sampler.seconds)
     rate = want[0] or stream.rate
-    channels = want[1] or stream.channels
+    channels = want[1] or min(stream.channels, MAX_CHANNELS)  # (more: down to 7.1)
     n = round(seconds * rate)
     spans = {ci: (float(t), float(t) + seconds) for ci, t in enumerate(starts)}
     wanted = {ci for ci in spans if keep is None or keep(ci)}
@@ -231,9 +236,15 @@ def _clips(
             yield clip
 
 
-def _duration(container: Any, stream: Any) -> float | None:
+def _duration(container: Any, stream: Any, origin: float) -> float | None:
+    """The stream's seconds from its first sample (``origin``, in its timestamps): its
+    own duration, else the container's, which counts from the container's start time
+    (most formats) or from 0 (Matroska/WebM: the segment's duration is where it ends)."""
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / 1_000_000
-    return None
+    if container.duration is None:
+        return None
+    end = container.duration / 1_000_000  # AV_TIME_BASE
+    if "matroska" not in (container.format.name or "") and container.start_time is not None:
+        end += container.start_time / 1_000_000
+    return max(0.0, end - origin)

@@ -40,9 +40,15 @@ class AudioClipSampler(Protocol):
         ...
 
 
+def _seconds(value: object) -> bool:
+    """A finite number of seconds (NaN compares False with everything: it would pass
+    every bound check and place clips nowhere)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 def _positive(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name}={value!r} must be a number of seconds > 0")
+    if not _seconds(value) or not value > 0:
+        raise ValueError(f"{name}={value!r} must be a finite number of seconds > 0")
     return float(value)
 
 
@@ -129,12 +135,10 @@ def every_window(*, seconds: float, stride: float | None = None) -> RegularTimes
 
 
 def _check_range(start: float, end: float | None) -> None:
-    if isinstance(start, bool) or not isinstance(start, int | float) or start < 0:
-        raise ValueError(f"sampling_range_start={start!r} must be a number of seconds >= 0")
-    if end is not None and (
-        isinstance(end, bool) or not isinstance(end, int | float) or end <= start
-    ):
+    if not _seconds(start) or start < 0:
+        raise ValueError(f"sampling_range_start={start!r} must be a finite number of seconds >= 0")
+    if end is not None and (not _seconds(end) or end <= start):
         raise ValueError(
-            f"sampling_range_end={end!r} must be None or a number of seconds > "
+            f"sampling_range_end={end!r} must be None or a finite number of seconds > "
             f"sampling_range_start={start}"
         )

@@ -27,7 +27,7 @@ from ..errors import AudioError, StageError
 from ..io.urls import UrlSpec, expand_urls, secrets_of
 from ..pipeline import Pipeline
 from ..sharding import Sharding
-from ..video.audio import AudioSamples
+from ..video.audio import MAX_CHANNELS, AudioSamples
 from ..video.member import member_bytes, sample_index
 from ..video.probe import _import_av
 from ..video.source import LaneReader, VideoAccess
@@ -47,9 +47,10 @@ def _check(sampler: Any, sample_rate: Any, channels: Any) -> None:
             f"sampler={sampler!r} is not an audio sampler; use e.g. "
             "streambuf.audio.clips_at_random_timestamps(num_clips=2, seconds=2.0)"
         )
-    for arg, value in (("sample_rate", sample_rate), ("channels", channels)):
-        if value is not None:
-            check_int(value, name=arg, minimum=1)
+    if sample_rate is not None:
+        check_int(sample_rate, name="sample_rate", minimum=1)
+    if channels is not None:  # (7.1 at most: ``streambuf.video.audio``)
+        check_int(channels, name="channels", minimum=1, maximum=MAX_CHANNELS)
 
 
 class AudioAccess(VideoAccess):

@@ -5,7 +5,8 @@ duration; its audio is exactly the samples of that span, ``round((t - t0) * rate
 both ends, ``t0`` the time of the first decoded sample (the audio frame's pts, never a
 count from 0). The audio stream is decoded once for each run of clips whose spans lie
 within ``_GAP_S`` of each other (one seek, ``_PREROLL_S`` before the run, one
-``AudioResampler`` to the asked rate, channel count and float32 planar layout;
+``AudioResampler`` to the asked rate, channel count and packed float32, split into
+channels (PyAV's planar 7.1 frames are read past their end);
 swresample's filter delay is under a millisecond), before the video frames are, so a
 clip carries its audio when it is yielded. The runs are formed from every clip the
 sampler chose, wanted now or not, so a clip's samples are the same whichever of the
@@ -46,6 +47,7 @@ AudioMissing = Literal["raise", "silence"]
 _GAP_S = 1.0  # spans closer than this are decoded in one pass (no seek between)
 _PREROLL_S = 0.1  # decoded before a run's first span: the decoder's state settles
 _LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
+MAX_CHANNELS = 8  # a stream of more is downmixed to 7.1
 
 
 @dataclass
@@ -85,8 +87,9 @@ class AudioSamples:
         if len(rates) > 1 or len(channels) > 1:
             raise ValueError(
                 f"cannot batch audio of sample rates {sorted(rates)} and channel counts "
-                f"{sorted(channels)}: pass audio={{'sample_rate': 16000, 'channels': 1}} "
-                "(any one rate and count) so that every clip is resampled to it"
+                f"{sorted(channels)}: resample every clip to one rate and count: "
+                "streambuf.audio.clips(..., sample_rate=16000, channels=1), or "
+                "streambuf.video.clips(..., audio={'sample_rate': 16000, 'channels': 1})"
             )
         lengths = [int(a.data.shape[-1]) for a in batch]
         longest = max(lengths)
@@ -208,7 +211,7 @@ def clip_audio(
         return out
     stream = streams[0]
     rate = spec.sample_rate or stream.rate
-    channels = spec.channels or stream.channels
+    channels = spec.channels or min(stream.channels, MAX_CHANNELS)  # (more: down to 7.1)
     want = set(wanted)
     out = {}
     for run in runs(spans):
@@ -273,7 +276,9 @@ def decode_range(
     tb = float(stream.time_base)
     at = max(0.0, lo - _PREROLL_S)  # (the first frame after a seek lacks its overlap)
     container.seek(int(at / tb), stream=stream, backward=True, any_frame=False)
-    resampler = av.AudioResampler(format="fltp", layout=_layout(channels), rate=rate)
+    # packed float32, split into channels here: PyAV's planar frames of 8 channels (7.1)
+    # report a ninth plane, and to_ndarray() reads past the last (a segfault)
+    resampler = av.AudioResampler(format="flt", layout=_layout(channels), rate=rate)
     chunks: list[np.ndarray] = []
     t0: float | None = None
     try:
@@ -289,7 +294,7 @@ def decode_range(
                         )
                     t0 = float(frame.pts * frame.time_base)
                 for o in resampler.resample(frame):
-                    chunks.append(o.to_ndarray())
+                    chunks.append(_planar(o))
                 if frame.pts is not None and float(frame.pts * frame.time_base) > hi:
                     done = True
             if done:
@@ -304,7 +309,7 @@ def decode_range(
         damage.append(exc)  # the caller keeps what was decoded before it
     try:
         for o in resampler.resample(None):
-            chunks.append(o.to_ndarray())
+            chunks.append(_planar(o))
     except av.FFmpegError as exc:
         raise error(f"cannot resample: {exc}", stage=stage, source=name) from exc
     if t0 is None:
@@ -313,5 +318,10 @@ def decode_range(
     return t0, samples.astype(np.float32, copy=False)
 
 
+def _planar(frame: Any) -> np.ndarray:
+    """A packed float32 frame's samples as ``[channels, n]`` (a view)."""
+    return frame.to_ndarray().reshape(-1, frame.layout.nb_channels).T
+
+
 def _layout(channels: int) -> str:
-    return _LAYOUTS.get(channels, "7.1")  # (a stream of more than 8: downmixed to 7.1)
+    return _LAYOUTS[channels]  # (1..MAX_CHANNELS: more are refused, or the file's own capped)

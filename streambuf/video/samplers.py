@@ -233,6 +233,18 @@ class _TimeSampler:
                 f"seconds_between_frames={self.seconds_between_frames} must be "
                 "> 0, or None for one average frame duration"
             )
+        for name in ("seconds_between_clip_starts", "seconds_between_frames"):
+            value = getattr(self, name)  # (NaN compares False: it passes every bound)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name}={value} must be a finite number of seconds")
+        for name in ("sampling_range_start", "sampling_range_end"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise ValueError(f"{name}={value!r} must be None or a finite number of seconds")
 
     def _range(self, info: VideoInfo, between: float) -> tuple[float, float]:
         begin, end_stream = info.begin_seconds, info.end_seconds

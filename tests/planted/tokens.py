@@ -103,4 +103,25 @@ MUTANTS = [
         "            for old in list(self.open)[:excess]:",
         f"{R}::test_a_descriptor_in_use_is_never_closed",
     ),
+    _m(
+        "token_files: a state loads into the same files in another order",
+        "streambuf/_source_kinds.py",
+        '        return f";items[{identity()}]" if callable(identity) else ""',
+        '        return ""',
+        f"{T}::test_a_state_does_not_load_into_the_files_in_another_order",
+    ),
+    _m(
+        "token_files: a file swapped for another with as many blocks keeps the identity",
+        "streambuf/token_files.py",
+        "        listed = json.dumps([list(names), list(counts)]).encode()",
+        "        listed = json.dumps([list(counts)]).encode()",
+        f"{T}::test_a_state_does_not_load_into_the_files_in_another_order",
+    ),
+    _m(
+        "token_files: descriptors outlive their pipeline",
+        "streambuf/token_files.py",
+        "        weakref.finalize(self, _close_all, self.open)",
+        "        pass",
+        f"{T}::test_descriptors_are_closed_with_their_pipeline",
+    ),
 ]

@@ -7,6 +7,7 @@ from tests.planted._mutant import planted
 
 A = "tests/video/test_audio.py"
 F = "tests/video/test_audio_files.py"
+C = "tests/video/test_audio_channels.py"
 G = "tests/video/test_gpu_decode.py"
 
 _m = planted("video2")
@@ -130,5 +131,33 @@ MUTANTS = [
         '        if num_workers == "auto" and pipeline._decodes_on() is not None:',
         "        if False:",
         f"{G}::test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device",
+    ),
+    _m(
+        "audio: a Matroska file's duration counted from its start time (audio after 0)",
+        "streambuf/audio/decode.py",
+        '    if "matroska" not in (container.format.name or "") and container.start_time is not None:',
+        "    if container.start_time is not None:",
+        f"{C}::test_audio_that_starts_after_zero_places_every_clip",
+    ),
+    _m(
+        "audio: a file of more than 8 channels is decoded at its own count",
+        "streambuf/audio/decode.py",
+        "    channels = want[1] or min(stream.channels, MAX_CHANNELS)  # (more: down to 7.1)",
+        "    channels = want[1] or stream.channels",
+        f"{C}::test_more_than_eight_channels_are_downmixed_or_refused",
+    ),
+    _m(
+        "audio samplers: NaN passes a range check",
+        "streambuf/audio/samplers.py",
+        "isinstance(value, int | float) and math.isfinite(value)",
+        "isinstance(value, int | float)",
+        f"{C}::test_nan_ranges_are_refused_by_every_sampler",
+    ),
+    _m(
+        "video samplers: NaN passes a range check",
+        "streambuf/video/samplers.py",
+        "                or not math.isfinite(value)\n",
+        "                or False\n",
+        f"{C}::test_nan_ranges_are_refused_by_every_sampler",
     ),
 ]
