@@ -265,6 +265,21 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
                 "through its files in the order given, so list the same files in the "
                 "saved order (a glob is sorted; sort a list you build)"
             )
+        sources = getattr(pipe._src, "pipelines", ())  # (a mix's)
+        if sources:
+            changed = [
+                i
+                for i, source in enumerate(sources)
+                if fingerprint(source) not in state["fingerprint"]
+            ]
+            if changed:
+                raise ValueError(
+                    f"this state was saved by a mix whose source(s) {changed} differed from "
+                    "this one's: a mix's sources resume only as saved (the same shards in "
+                    "the same order, the same stages; a reordered or extended list is not "
+                    "remapped inside a mix, as it is for a pipeline alone): restore them, "
+                    "or start the epoch without load_state_dict()"
+                )
         raise ValueError(
             "this state was saved by a different pipeline (stages, a shuffle's seed, shard "
             f"shuffling, equalize or mixed sources differ: saved {state['fingerprint']!r}, "

@@ -29,14 +29,27 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .tune import load_pipeline, tune
+    from .tune import NothingToTune, check_options, load_pipeline, tune
 
-    tune(
-        load_pipeline(args.pipeline),
-        num_workers=args.num_workers,
-        batches=args.batches,
-        memory_fraction=args.memory_fraction,
-    )
+    try:
+        check_options(
+            num_workers=args.num_workers,
+            batches=args.batches,
+            memory_fraction=args.memory_fraction,
+        )
+    except (TypeError, ValueError) as exc:
+        print(f"streambuf tune: {exc}", file=sys.stderr)
+        return 2
+    try:
+        tune(
+            load_pipeline(args.pipeline),
+            num_workers=args.num_workers,
+            batches=args.batches,
+            memory_fraction=args.memory_fraction,
+        )
+    except NothingToTune as exc:
+        print(f"streambuf tune: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

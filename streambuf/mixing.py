@@ -392,10 +392,19 @@ def mix(
     if len(given) != len(pipelines):
         raise ValueError(f"mix(): {len(given)} weights for {len(pipelines)} pipelines")
     w = [check_weight(x, name=f"weights[{i}]") for i, x in enumerate(given)]
+    top = max(w)  # (scaled first: a sum of finite weights may overflow to inf)
+    total = sum(x / top for x in w)
+    shares = tuple(x / top / total for x in w)
+    for i, share in enumerate(shares):
+        if not share > 0:
+            raise ValueError(
+                f"mix(): weights[{i}]={given[i]!r} is too small beside the largest "
+                f"({max(given)!r}) to be drawn at all"
+            )
     check_choice(stop, name="stop", choices=("all_exhausted", "first_exhausted", "never"))
     spec = MixSpec(
         tuple(pipelines),
-        tuple(x / sum(w) for x in w),
+        shares,
         check_int(seed, name="seed", minimum=-(1 << 63)),
         stop,
         mix_counters(len(pipelines)),

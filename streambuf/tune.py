@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ._units import check_count_or_auto, check_int, check_weight
 from .loader import Loader
 from .pipeline import Pipeline
 from .resources import Limits, read_limits
@@ -143,6 +144,37 @@ def _trial(
     }
 
 
+class NothingToTune(ValueError):
+    """The pipeline gave too few batches to measure a rate."""
+
+
+def check_options(
+    *,
+    num_workers: Any,
+    batches: Any,
+    depths: Any = (1,),
+    threads: Any = ("auto",),
+    memory_fraction: Any,
+) -> None:
+    """``tune``'s options, checked before anything runs (``streambuf tune`` too)."""
+    check_int(num_workers, name="num_workers")
+    check_int(batches, name="batches", minimum=2)  # (a rate needs two)
+    if not isinstance(depths, tuple | list) or not depths:
+        raise TypeError(f"depths={depths!r} must be a non-empty list of batch counts")
+    for d in depths:
+        check_int(d, name="depths[]", minimum=1)
+    if not isinstance(threads, tuple | list) or not threads:
+        raise TypeError(f"threads={threads!r} must be a non-empty list of counts or 'auto'")
+    for th in threads:
+        check_count_or_auto(th, name="threads[]")
+    fraction = check_weight(memory_fraction, name="memory_fraction")
+    if fraction > 1:
+        raise ValueError(
+            f"memory_fraction={memory_fraction!r} must be in (0, 1]: the share of the "
+            "machine's memory the recommended max_bytes may take"
+        )
+
+
 def tune(
     pipe: Pipeline,
     *,
@@ -159,6 +191,13 @@ def tune(
 
     ``limits`` / ``available_bytes`` default to what this machine reports.
     """
+    check_options(
+        num_workers=num_workers,
+        batches=batches,
+        depths=depths,
+        threads=threads,
+        memory_fraction=memory_fraction,
+    )
     lim = limits or read_limits()
     if available_bytes is None:
         from .resources import memory_available
@@ -183,6 +222,11 @@ def tune(
                     + (f", chose {_per_worker(chose)}" if chose is not None else ""),
                     flush=True,
                 )
+    if all(t["batches"] < 2 for t in trials):
+        raise NothingToTune(
+            f"the pipeline gave at most {max(t['batches'] for t in trials)} batch(es) "
+            "a trial: a rate needs 2 or more; give it more data (or a smaller batch size)"
+        )
     best = max(t["batches_per_s"] for t in trials)
     good = [t for t in trials if t["batches_per_s"] >= 0.95 * best]
     pick = min(good, key=lambda t: (_count(t), t["depth"]))

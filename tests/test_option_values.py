@@ -229,6 +229,7 @@ def test_every_count_option_refuses_non_ints(option: str, bad: Any) -> None:
         ("ab", TypeError, "weights="),
         (3, TypeError, "weights="),
         ([1], ValueError, "1 weights for 2 pipelines"),
+        ([1e308, 1e-308], ValueError, r"weights\[1\]=1e-308 is too small"),
     ],
 )
 def test_mix_weights_are_numbers_and_named(weights: Any, error: type, named: str) -> None:
@@ -243,6 +244,11 @@ def test_mix_weights_accept_numbers_of_any_kind() -> None:
     p = sb.Pipeline([1, 2])
     sb.mix([p, p], weights=np.array([0.7, 0.3]))
     sb.mix([p, p], weights=(1, np.float32(2.5)))
+    # finite weights whose sum overflows: each source half (they were all 0.0: the last
+    # source was drawn every time until it ran out)
+    big = sb.mix([sb.Pipeline(list(range(200))), sb.Pipeline([-1] * 200)], weights=[1e308] * 2)
+    first = [x for x, _ in zip(big, range(100))]
+    assert 30 < sum(x >= 0 for x in first) < 70
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, 2.0, True, 2**70, "8", None], ids=repr)

@@ -5,7 +5,8 @@ it is read without a lock and changed under one.
 used, checked}}, "reserved": {tmp name: {key, file, size, t}}}``. It is only ever replaced
 whole (written to ``manifest.json.part``, then ``os.replace``), so a reader without the
 lock sees one complete version. Changes happen under ``lock`` (``flock``, exclusive),
-held for milliseconds; waiting for it is bounded by ``LOCK_TIMEOUT_S``. A manifest this
+held for milliseconds; waiting for it is bounded by ``LOCK_TIMEOUT_S``, and once a wait
+runs out the lock is tried without waiting until it is taken again. A manifest this
 version did not write (or one naming files outside ``data/`` and ``tmp/``) is refused:
 ``Unavailable``, and the cache is off until it is deleted.
 """
@@ -51,6 +52,10 @@ class Manifest:
         self.lock_path = root / "lock"
         self._warn = warn
         self._snap: tuple[tuple[int, ...], dict[str, Any]] | None = None
+        # the lock was found held past LOCK_TIMEOUT_S (a hung or stopped process): later
+        # updates try it once, without waiting, until one takes it (each open paid the
+        # whole timeout again: 10 s per shard while the process hung)
+        self._stuck = False
 
     def read(self) -> dict[str, Any]:
         """The manifest as it is now (a fresh copy: the caller may change it)."""
@@ -90,17 +95,23 @@ class Manifest:
         except OSError as exc:
             raise Unavailable(f"cannot open {self.lock_path}: {exc}") from exc
         try:
-            deadline = time.monotonic() + LOCK_TIMEOUT_S
+            deadline = time.monotonic() + (0.0 if self._stuck else LOCK_TIMEOUT_S)
             delay = 0.001
             while True:  # flock has no timeout: poll, briefly (holders take milliseconds)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._stuck = False
                     break
                 except BlockingIOError:
-                    if time.monotonic() > deadline:
+                    if time.monotonic() >= deadline:
+                        was_stuck, self._stuck = self._stuck, True
                         raise Unavailable(
-                            f"the cache lock {self.lock_path} was held for more than "
-                            f"{LOCK_TIMEOUT_S:g} s (a hung process?)"
+                            f"the cache lock {self.lock_path} is still held (a hung "
+                            "process?): not waiting for it until it is free"
+                            if was_stuck
+                            else f"the cache lock {self.lock_path} was held for more than "
+                            f"{LOCK_TIMEOUT_S:g} s (a hung process?); later opens stream "
+                            "without waiting for it, until it is free again"
                         ) from None
                     time.sleep(delay)
                     delay = min(2 * delay, 0.02)

@@ -41,7 +41,8 @@ Invariants:
   held by a process that does not know it has it (a DataLoader forking its workers while
   lanes of the same process read through the cache).
 * **Never fails a read.** Locks are non-blocking or bounded
-  (``_manifest.LOCK_TIMEOUT_S``); any cache failure (disk full, a lock held too long, an
+  (``_manifest.LOCK_TIMEOUT_S``, paid once: a lock still held is then not waited for); any
+  cache failure (disk full, a lock held too long, an
   unreadable manifest) is logged and the shard streams as if there were no cache.
 
 Eviction: to make room, only entries of objects the reading pipeline does not read
@@ -325,8 +326,8 @@ class ShardCache:
                         cur["used"] = now
                         if checked:
                             cur["checked"] = checked
-            except (Unavailable, OSError):
-                pass  # served anyway; only its place in the eviction order is stale
+            except (Unavailable, OSError) as exc:  # served anyway: only its place in the
+                self._warn("touch", f"cannot mark {path} used: {exc}")  # eviction order is stale
         return fd, path, int(rec["size"])
 
     def _drop(self, key: str, rec: dict[str, Any], *, why: str, corrupt: bool) -> None:
@@ -428,15 +429,26 @@ class ShardCache:
         return False
 
     def _commit(self, w: Writer) -> bool:
-        """Make ``w``'s complete temp file the entry of its key."""
+        """Make ``w``'s complete temp file the entry of its key. If the manifest cannot
+        be written after the rename, the file is taken back out (an orphan no record
+        names would block the key's later commits: a file at an entry's path is never
+        replaced unless a dead writer's reservation names it)."""
+        final = self._data / w.name
+        renamed = False
         try:
             with self._m.update() as m:
                 if m["reserved"].pop(w.tmp, None) is None:
                     return False
-                final = self._data / w.name
-                if final.exists():  # not ours to replace (the record was dropped above)
-                    return False
+                if final.exists():
+                    dead = [t for t, r in m["reserved"].items() if r["file"] == w.name]
+                    if not dead or any(e["file"] == w.name for e in m["entries"].values()):
+                        return False  # an entry's, or no record's: not ours to replace
+                    for t in dead:  # (we hold the key's lock: its other writers are dead)
+                        del m["reserved"][t]
+                        with contextlib.suppress(FileNotFoundError):
+                            (self._tmp / t).unlink()
                 os.rename(self._tmp / w.tmp, final)
+                renamed = True
                 # its crc32 is the one just computed from these bytes (until a reboot)
                 checked = verified(file_version(os.stat(final), w.crc))
                 now = time.time()
@@ -450,6 +462,9 @@ class ShardCache:
                     "checked": checked,
                 }
         except (Unavailable, OSError) as exc:
+            if renamed:  # the manifest was not written: no record names the file
+                with contextlib.suppress(OSError):
+                    final.unlink()
             self._warn("commit", f"cannot add a cache entry in {self._root}: {exc}")
             return False
         self.counters.add(writes=1, bytes_written=w.size)

@@ -149,4 +149,26 @@ MUTANTS = [
         "    if False:",
         "tests/video/test_clips_pipeline.py::test_remote_videos_are_cached_on_the_node",
     ),
+    _m(
+        "a cache lock found stuck is waited for again at every open",
+        "streambuf/io/_manifest.py",
+        "            deadline = time.monotonic() + (0.0 if self._stuck else LOCK_TIMEOUT_S)",
+        "            deadline = time.monotonic() + LOCK_TIMEOUT_S",
+        "tests/sources/test_cache.py::test_a_lock_held_by_a_hung_process_is_waited_for_once",
+    ),
+    _m(
+        "a commit whose manifest write failed leaves its file in data/",
+        "streambuf/io/cache.py",
+        "            if renamed:  # the manifest was not written: no record names the file",
+        "            if False:",
+        "tests/sources/test_cache.py::"
+        "test_a_manifest_write_failing_after_the_rename_leaves_no_orphan",
+    ),
+    _m(
+        "a dead writer's file at an entry's path blocks the key for good",
+        "streambuf/io/cache.py",
+        "                    if not dead or any(",
+        "                    if True or any(",
+        "tests/sources/test_cache.py::test_a_dead_writers_file_at_the_entrys_path_is_replaced",
+    ),
 ]

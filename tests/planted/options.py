@@ -196,4 +196,25 @@ MUTANTS = [
         "    if False:",
         "tests/test_threads_auto.py::test_invalid_threads_options_are_refused_by_name",
     ),
+    _m(
+        "mix weights normalised by their sum, which overflows to inf for huge finite weights",
+        "streambuf/mixing.py",
+        "    shares = tuple(x / top / total for x in w)",
+        "    shares = tuple(x / sum(w) for x in w)",
+        f"{VALUES}::test_mix_weights_accept_numbers_of_any_kind",
+    ),
+    _m(
+        "tune: a memory share above 1 accepted",
+        "streambuf/tune.py",
+        "    if fraction > 1:",
+        "    if False:",
+        "tests/test_tune.py::test_bad_tune_options_are_named_before_anything_runs",
+    ),
+    _m(
+        "tune: settings recommended from trials that measured no rate",
+        "streambuf/tune.py",
+        '    if all(t["batches"] < 2 for t in trials):',
+        "    if False:",
+        "tests/test_tune.py::test_a_pipeline_without_two_batches_is_not_tuned",
+    ),
 ]

@@ -636,3 +636,90 @@ def test_an_unusable_cache_folder_streams(
     assert sorted(keys_of(pipe.batch(8))) == sorted(expected_keys(4, 20))
     assert "unusable" in caplog.text and str(tmp_path) in caplog.text
     assert shard_stats(pipe).cache == sb.io.CacheStats()
+
+
+def test_a_lock_held_by_a_hung_process_is_waited_for_once(
+    http_server: FaultyServer,
+    shard_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A process that hangs holding the manifest lock costs one bounded wait: later
+    opens stream at once (each paid the whole wait again, 10 s a shard, with one warning
+    for them all), and the cache is used again once the lock is free."""
+    import fcntl
+
+    from streambuf.io import _manifest
+
+    wait = 2.0
+    monkeypatch.setattr(_manifest, "LOCK_TIMEOUT_S", wait)
+    caplog.set_level(logging.WARNING, logger="streambuf")
+    cache = ShardCache(tmp_path, 1 << 30)
+    hung = os.open(tmp_path / ".streambuf" / "lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(hung, fcntl.LOCK_EX)  # (another open file: a lock of its own)
+    took = []
+    for i in range(4):
+        url = http_server.url(f"shard-{i:06d}.tar")
+        t0 = time.monotonic()
+        with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+            assert f.read() == (shard_dir / f"shard-{i:06d}.tar").read_bytes()
+        took.append(time.monotonic() - t0)
+    assert took[0] >= wait and max(took[1:]) < wait / 2, took
+    assert cache.stats().writes == 0 and "held for more than" in caplog.text
+    os.close(hung)  # the hung process goes away
+    url = http_server.url("shard-000000.tar")
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        f.read()
+    assert cache.stats().writes == 1
+
+
+def test_a_manifest_write_failing_after_the_rename_leaves_no_orphan(
+    http_server: FaultyServer, shard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills just as an entry is committed: its file was renamed into data/, the
+    manifest could not say so, and that orphan made every later commit of the key fail
+    silently, even with room again. Now the file is taken back out."""
+    from streambuf.io import _manifest
+
+    cache = ShardCache(tmp_path, 1 << 30)
+    url = http_server.url("shard-000002.tar")
+    data = (shard_dir / "shard-000002.tar").read_bytes()
+    real_replace, full = os.replace, [True]
+
+    def replace(src: Any, dst: Any) -> None:
+        if full[0] and str(dst).endswith("manifest.json") and any(cache_root.iterdir()):
+            full[0] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_replace(src, dst)
+
+    cache_root = tmp_path / ".streambuf" / "data"
+    monkeypatch.setattr(_manifest.os, "replace", replace)
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        assert f.read() == data
+    assert not full[0] and cache.stats().writes == 0
+    assert not list(cache_root.iterdir())  # no orphan left in data/
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        assert f.read() == data
+    assert cache.stats().writes == 1 and cache.usage() == len(data)
+
+
+def test_a_dead_writers_file_at_the_entrys_path_is_replaced(
+    http_server: FaultyServer, shard_dir: Path, tmp_path: Path
+) -> None:
+    """A writer died between its rename and its manifest write: its reservation names the
+    file. With room to spare no sweep runs, so the key's next writer replaces it."""
+    cache = ShardCache(tmp_path, 1 << 30)
+    url = http_server.url("shard-000003.tar")
+    root = tmp_path / ".streambuf"
+    key, name = cache.key(url), cache._file_name(cache.key(url), url)
+    (root / "data" / name).write_bytes(b"half of a dead writer's entry")
+    dead = "999-" + "ab" * 16
+    manifest: dict[str, Any] = {"version": 1, "entries": {}, "reserved": {}}
+    manifest["reserved"][dead] = {"key": key, "file": name, "size": 10, "t": 0}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    data = (shard_dir / "shard-000003.tar").read_bytes()
+    with cache.open(url, offset=0, length=None, remote=remote_of(url), block_bytes=4096) as f:
+        assert f.read() == data
+    assert cache.stats().writes == 1 and (root / "data" / name).read_bytes() == data
+    assert entries(tmp_path)[key]["file"] == name and cache.usage() == len(data)
