@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -111,6 +113,7 @@ def fingerprint(pipe: PipelineView) -> str:
 
 
 _DIGESTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_ITEMS = re.compile(r";items\[[^\]]*\]")  # a sequence of items' identity, in a shape
 _HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
     weakref.WeakKeyDictionary()
 )
@@ -255,16 +258,25 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
             "saved positions mean other samples; resume with the same seed (or start the "
             "epoch without load_state_dict())"
         )
-    if state["fingerprint"] != shape(pipe):
-        saved, now = state["fingerprint"].split(";items["), shape(pipe).split(";items[")
-        if len(saved) == len(now) == 2 and saved[0] == now[0]:
-            raise ValueError(
-                f"this state was saved over other items ({saved[1][:-1]!r}, this pipeline "
-                f"has {now[1][:-1]!r}): a saved position is an item's number, which means "
-                "the same item only in the same list; token_files numbers its blocks "
-                "through its files in the order given, so list the same files in the "
-                "saved order (a glob is sorted; sort a list you build)"
+    saved_shape, now_shape = state["fingerprint"], shape(pipe)
+    if saved_shape != now_shape and _ITEMS.sub("", saved_shape) == _ITEMS.sub("", now_shape):
+        if saved_shape == _ITEMS.sub("", now_shape):  # saved before items had identities
+            warnings.warn(
+                "this state predates the identity of its items (token_files' files and "
+                "their order): it loads, but that the files are listed as they were when "
+                "it was saved cannot be checked",
+                stacklevel=4,
             )
+        else:
+            raise ValueError(
+                f"this state was saved over other items ({_ITEMS.findall(saved_shape)}, "
+                f"this pipeline has {_ITEMS.findall(now_shape)}): a saved position is an "
+                "item's number, which means the same item only in the same list; "
+                "token_files numbers its blocks through its files in the order given, so "
+                "list the same files in the saved order (a glob is sorted; sort a list "
+                "you build)"
+            )
+    elif saved_shape != now_shape:
         sources = getattr(pipe._src, "pipelines", ())  # (a mix's)
         if sources:
             changed = [

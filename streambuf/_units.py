@@ -182,10 +182,20 @@ def check_nbytes(value: Any, *, name: str) -> int:
     return int(value)
 
 
+def _as_python(value: Any, kind: str) -> str:
+    """The hint for a number of the asked kind but not Python's type (numpy's): a Python
+    one is asked for, because an option's value may reach a state saved as JSON."""
+    asked = numbers.Integral if kind == "int" else numbers.Real
+    if isinstance(value, asked) and not isinstance(value, bool | int | float):
+        return f" (a Python {kind}: {kind}(x) of this {type(value).__name__})"
+    return ""
+
+
 def check_int(value: Any, *, name: str, minimum: int = 0, maximum: int | None = None) -> int:
     """An int (not a bool) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}={value!r} must be an int >= {minimum}")
+        least = f" >= {minimum}" if minimum > -(1 << 63) else ""
+        raise TypeError(f"{name}={value!r} must be an int{least}{_as_python(value, 'int')}")
     if value < minimum:
         raise ValueError(f"{name}={value!r} must be >= {minimum}")
     if maximum is not None and value > maximum:
@@ -196,7 +206,7 @@ def check_int(value: Any, *, name: str, minimum: int = 0, maximum: int | None = 
 def check_seconds(value: Any, *, name: str, allow_zero: bool = False) -> float:
     """A finite number of seconds > 0 (>= 0 with ``allow_zero``)."""
     if not _is_real(value):
-        raise TypeError(f"{name}={value!r} must be a number of seconds")
+        raise TypeError(f"{name}={value!r} must be a number of seconds{_as_python(value, 'float')}")
     if not math.isfinite(value):
         raise ValueError(f"{name}={value!r} must be a finite number of seconds")
     if value < 0 or (value == 0 and not allow_zero):

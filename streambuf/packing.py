@@ -58,9 +58,12 @@ def _check_token(value: Any, name: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"pack({name}={value!r}) must be an int token id >= 0 or None")
-    if value < 0:
-        raise ValueError(f"pack({name}={value!r}) must be a token id >= 0")
+    if not 0 <= value <= _INT64_MAX:
+        raise ValueError(f"pack({name}={value!r}) must be a token id in [0, 2**63 - 1] (int64)")
     return int(value)
+
+
+_INT64_MAX = (1 << 63) - 1  # blocks hold int64 token ids
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,11 @@ class Pack(Stage):
             raise ValueError(
                 f"pack(): the document holds a negative token id ({int(doc.min())}); ids "
                 "must be >= 0"
+            )
+        if doc.size and doc.dtype == np.uint64 and int(doc.max()) > _INT64_MAX:
+            raise ValueError(
+                f"pack(): the document holds a token id ({int(doc.max())}) past int64's "
+                "range, which blocks hold; ids must be <= 2**63 - 1"
             )
         doc = doc.astype(np.int64, copy=False)
         if self.eos is not None:

@@ -60,8 +60,9 @@ class _Blocks(Sequence[tuple[int, int]]):
     A saved position is a block number, which means a file and a block only for the
     same files in the same order: ``state_identity()`` (in the state's fingerprint) is a
     digest of the files' names (``streambuf._identity.shard_name``: a moved folder or a
-    re-signed URL keeps it) and block counts, so a state does not load into a list that
-    is reordered, or that swaps a file for another with as many blocks."""
+    re-signed URL keeps it; the whole path, query dropped, where two files share a name)
+    and block counts, so a state does not load into a list that is reordered, or that
+    swaps a file for another with as many blocks."""
 
     def __init__(self, counts: Sequence[int], names: Sequence[str | None] = ()) -> None:
         self.starts = [0]
@@ -98,7 +99,8 @@ class _Handles:
         self.retry_at: dict[int, float] = {}  # f -> when to try caching it again
         # the descriptors are closed when these handles are collected (with the
         # pipeline that owns them), not left open for the life of the process
-        weakref.finalize(self, _close_all, self.open)
+        # (not at exit: a daemon thread may still be in a pread there; the OS closes them)
+        weakref.finalize(self, _close_all, self.open).atexit = False
 
     def acquire(
         self, f: int, opener: Callable[[], tuple[int, Callable[[], None]] | None]
@@ -297,7 +299,10 @@ def token_files(
                 "file (another dtype=, or a header to strip?)"
             )
         counts.append(max(0, (size // itemsize - overlap) // seq_len))
-    blocks = _Blocks(counts, [shard_name(u) for u in files])
+    names = [shard_name(u) for u in files]
+    if len(set(names)) < len(names):  # (a/chunk-0.bin, b/chunk-0.bin: the paths tell)
+        names = [redact(u, secrets=secrets_of(storage_options)).split("?", 1)[0] for u in files]
+    blocks = _Blocks(counts, names)
     pipe = Pipeline(
         blocks,
         shuffle_shards=shuffle,

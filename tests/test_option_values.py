@@ -479,3 +479,23 @@ def test_allocator_environment_variables_default_and_values(monkeypatch):
     assert _env_bytes("STREAMBUF_ARENA_MAX", 7) == 4
     monkeypatch.setenv("STREAMBUF_ARENA_MAX", "0")
     assert _env_bytes("STREAMBUF_ARENA_MAX", 7) == 0
+
+
+def test_a_number_of_another_type_is_told_what_to_pass() -> None:
+    """numpy's numbers are refused where a value may reach a JSON state; the error says
+    what to pass. A Python float for an int gets no such hint (int(x) would truncate)."""
+    import numpy as np
+
+    from streambuf._units import check_int, check_seconds
+
+    with pytest.raises(
+        TypeError, match=r"must be an int >= 1 \(a Python int: int\(x\) of this int64\)"
+    ):
+        check_int(np.int64(3), name="n", minimum=1)
+    with pytest.raises(TypeError, match=r"must be a number of seconds \(a Python float"):
+        check_seconds(np.float32(0.5), name="t")
+    with pytest.raises(TypeError) as info:
+        check_int(2.5, name="n")
+    assert "int(x)" not in str(info.value)
+    with pytest.raises(TypeError, match=r"seed=.* must be an int \(a Python int"):
+        sb.Pipeline([1], seed=np.int64(3))  # type: ignore[arg-type]

@@ -243,6 +243,7 @@ def test_elastic_resume_two_ranks_to_one_every_token_once() -> None:
         (np.zeros((2, 3), dtype=np.int64), ValueError, "1-D"),
         (np.array([1.5, 2.0]), TypeError, "integers"),
         (np.array([3, -1]), ValueError, "negative"),
+        (np.array([2**63 + 5, 1], dtype=np.uint64), ValueError, "past int64's range"),
         ("hello", TypeError, "tokenize"),
         (np.array([True, False]), TypeError, "integers"),
     ],
@@ -270,6 +271,13 @@ def test_options_and_stage_order_are_checked() -> None:
         pipe.pack(4, eos=1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="eos"):
         pipe.pack(4, eos=-2)
+    for big in (2**63, 2**70):  # (they built, then failed at the first document)
+        with pytest.raises(ValueError, match=r"eos=.*int64"):
+            pipe.pack(4, eos=big)
+        with pytest.raises(ValueError, match=r"pad=.*int64"):
+            pipe.pack(4, pad=big, drop_last=False)
+    with pytest.raises(TypeError, match=r"seq_len=.*int\(x\) of this int64"):
+        pipe.pack(np.int64(4))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"after \.pack"):
         pipe.pack(4).shuffle(10)
     with pytest.raises(ValueError, match="at most one"):

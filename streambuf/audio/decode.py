@@ -191,6 +191,10 @@ def _clips(
     seconds = float(sampler.seconds)
     rate = want[0] or stream.rate
     channels = want[1] or min(stream.channels, MAX_CHANNELS)  # (more: down to 7.1)
+    if channels < 1:
+        raise AudioError(
+            f"its audio stream has {stream.channels} channels", stage="audio.open", source=name
+        )
     n = round(seconds * rate)
     spans = {ci: (float(t), float(t) + seconds) for ci, t in enumerate(starts)}
     wanted = {ci for ci in spans if keep is None or keep(ci)}
@@ -245,6 +249,8 @@ def _duration(container: Any, stream: Any, origin: float) -> float | None:
     if container.duration is None:
         return None
     end = container.duration / 1_000_000  # AV_TIME_BASE
-    if "matroska" not in (container.format.name or "") and container.start_time is not None:
-        end += container.start_time / 1_000_000
-    return max(0.0, end - origin)
+    if "matroska" not in (container.format.name or ""):
+        if container.start_time is not None:
+            end += container.start_time / 1_000_000
+        return max(0.0, end - origin)
+    return max(0.0, end - max(origin, 0.0))  # (Opus in WebM starts before 0: its delay)

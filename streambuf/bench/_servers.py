@@ -101,14 +101,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: 2 workers x 8 lanes connecting at once
+    # overflow it, and a dropped SYN is sent again after Linux's 1 s timeout (the HTTP
+    # rows' median run took 1 s more at lanes=8 and "auto"; ListenOverflows counted it)
+    request_queue_size = 256
+    daemon_threads = True
+
+
 def _serve_http(root: str, latency_s: float, bandwidth_bps: float | None) -> None:
     handler = type(
         "Handler",
         (_Handler,),
         {"root": Path(root).resolve(), "latency_s": latency_s, "bandwidth_bps": bandwidth_bps},
     )
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
+    httpd = _Server(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     print(f"http://127.0.0.1:{httpd.server_address[1]}", flush=True)
     sys.stdin.read()  # until the parent closes our stdin

@@ -37,6 +37,8 @@ __all__ = [
 
 VERSION = 1
 LOCK_TIMEOUT_S = 10.0  # the lock is held for milliseconds; longer means a hung process
+STUCK_POLL_S = 0.1  # once a wait ran out: how long later updates poll (a healthy holder's
+# milliseconds pass; a hung one costs this, not LOCK_TIMEOUT_S)
 
 
 class Unavailable(Exception):
@@ -53,7 +55,7 @@ class Manifest:
         self._warn = warn
         self._snap: tuple[tuple[int, ...], dict[str, Any]] | None = None
         # the lock was found held past LOCK_TIMEOUT_S (a hung or stopped process): later
-        # updates try it once, without waiting, until one takes it (each open paid the
+        # updates poll it for STUCK_POLL_S only, until one takes it (each open paid the
         # whole timeout again: 10 s per shard while the process hung)
         self._stuck = False
 
@@ -95,7 +97,7 @@ class Manifest:
         except OSError as exc:
             raise Unavailable(f"cannot open {self.lock_path}: {exc}") from exc
         try:
-            deadline = time.monotonic() + (0.0 if self._stuck else LOCK_TIMEOUT_S)
+            deadline = time.monotonic() + (STUCK_POLL_S if self._stuck else LOCK_TIMEOUT_S)
             delay = 0.001
             while True:  # flock has no timeout: poll, briefly (holders take milliseconds)
                 try:

@@ -212,6 +212,10 @@ def clip_audio(
     stream = streams[0]
     rate = spec.sample_rate or stream.rate
     channels = spec.channels or min(stream.channels, MAX_CHANNELS)  # (more: down to 7.1)
+    if channels < 1:
+        raise VideoError(
+            f"its audio stream has {stream.channels} channels", stage="video.audio", source=name
+        )
     want = set(wanted)
     out = {}
     for run in runs(spans):

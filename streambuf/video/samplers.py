@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -241,7 +242,7 @@ class _TimeSampler:
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool)
-                or not isinstance(value, int | float)
+                or not isinstance(value, numbers.Real)
                 or not math.isfinite(value)
             ):
                 raise ValueError(f"{name}={value!r} must be None or a finite number of seconds")

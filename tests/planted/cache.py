@@ -72,8 +72,8 @@ MUTANTS = [
     _m(
         "commit replaces a file at the entry's path",
         C,
-        "if final.exists():  # not ours",
-        "if False:  # not ours",
+        "                if final.exists():\n                    dead =",
+        "                if False:\n                    dead =",
         "test_a_file_at_an_entrys_path_is_not_replaced",
     ),
     _m(
@@ -152,7 +152,7 @@ MUTANTS = [
     _m(
         "a cache lock found stuck is waited for again at every open",
         "streambuf/io/_manifest.py",
-        "            deadline = time.monotonic() + (0.0 if self._stuck else LOCK_TIMEOUT_S)",
+        "            deadline = time.monotonic() + (STUCK_POLL_S if self._stuck else LOCK_TIMEOUT_S)",
         "            deadline = time.monotonic() + LOCK_TIMEOUT_S",
         "tests/sources/test_cache.py::test_a_lock_held_by_a_hung_process_is_waited_for_once",
     ),

@@ -124,4 +124,25 @@ MUTANTS = [
         "        pass",
         f"{T}::test_descriptors_are_closed_with_their_pipeline",
     ),
+    _m(
+        "pack: a uint64 token id past int64 wraps to a negative one",
+        "streambuf/packing.py",
+        "        if doc.size and doc.dtype == np.uint64 and int(doc.max()) > _INT64_MAX:",
+        "        if False:",
+        f"{P}::test_bad_documents_are_named",
+    ),
+    _m(
+        "pack: an eos past int64 is accepted (and fails at the first document)",
+        "streambuf/packing.py",
+        "    if not 0 <= value <= _INT64_MAX:",
+        "    if not 0 <= value:",
+        f"{P}::test_options_and_stage_order_are_checked",
+    ),
+    _m(
+        "token_files: files of one name in two folders keep one identity",
+        "streambuf/token_files.py",
+        "    if len(set(names)) < len(names):  # (a/chunk-0.bin, b/chunk-0.bin: the paths tell)",
+        "    if False:",
+        f"{T}::test_files_of_one_name_in_two_folders_are_told_apart",
+    ),
 ]

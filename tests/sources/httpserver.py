@@ -121,8 +121,11 @@ class FaultyServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
         self._httpd.daemon_threads = True
+        self._httpd.request_queue_size = 256  # (the default 5 drops SYNs of many lanes:
+        self._httpd.server_bind()  # a 1 s retransmit each)
+        self._httpd.server_activate()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, args=(0.05,), name="test-httpserver", daemon=True
         )

@@ -137,3 +137,12 @@ def test_a_batch_of_mixed_rates_names_each_entry_points_option() -> None:
     b = AudioSamples(torch.zeros(2, 10), 0.0, 10 / 44100, 44100)
     with pytest.raises(ValueError, match=r"audio\.clips\(\.\.\., sample_rate=.*video\.clips"):
         AudioSamples.collate([a, b])
+
+
+def test_sampler_ranges_take_numpy_numbers() -> None:
+    import numpy as np
+
+    s = sb.video.clips_at_random_timestamps(
+        num_frames_per_clip=2, sampling_range_start=np.float32(0.5), sampling_range_end=np.int64(3)
+    )
+    assert s.sampling_range_start == 0.5 and s.sampling_range_end == 3
