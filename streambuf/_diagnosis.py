@@ -24,6 +24,7 @@ thread waited for a core, CPU sampled).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,9 +49,20 @@ class Diagnosis:
         return f"bottleneck: {self.stage}: {self.reason}; {self.advice}"
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (not on every platform)
+        return os.cpu_count() or 1
+
+
 def _cost(s: StageStats, threads: int) -> float:
-    if s.fn_calls:  # a threaded map: its function's time over its threads
-        return s.fn_s / max(1, threads)
+    if s.fn_calls:  # a threaded map: its function's time over its threads, but no less
+        # than its CPU time over the cores its threads can use (a function that holds
+        # the GIL runs one thread at a time: its wall over its threads undercounts it,
+        # and the thread that waits for it was named instead)
+        n = max(1, threads)
+        return max(s.fn_s / n, s.fn_cpu_s / min(n, _cores()))
     if s.stage == "prefetch":  # its own time is the wait for its lanes: someone else's
         return 0.0
     return s.own_s
@@ -106,6 +118,16 @@ def diagnose(
         cpu = min(1.0, s.cpu_s / ran) if ran > 0 else 0.0
     waits = cpu < WAITS
     how = f"waiting {1 - cpu:.0%} of it (CPU {cpu:.0%})" if waits else f"computing (CPU {cpu:.0%})"
+    if s.stage == "source (iterable)":  # every worker reads it whole, keeping its share
+        skipped = " (a worker's time per item counts the items it read and skipped)"
+        return Diagnosis(
+            s.stage,
+            f"{what} reading, {how}" + (skipped if workers > 1 else ""),
+            "one iterable is read whole by every worker (each keeps every N-th item), so "
+            "more workers do not read it faster: make it cheaper, or give Pipeline a list "
+            "of shards to split (Pipeline(shards, expand=fn), or a reader) so each worker "
+            "reads its own",
+        )
     if s.stage.startswith("source"):
         if waits and ("tar" in s.stage or "video" in s.stage or n > 1):
             advice = (
@@ -132,7 +154,13 @@ def diagnose(
         return Diagnosis(
             s.stage,
             f"{what} in the worker's pipeline thread, {how}",
-            f"it waits: give it threads (map(fn, threads='auto')), or {more_workers}",
+            "it waits: "
+            + (
+                f"move the waiting work into a threaded map before it (.map(fn, "
+                f"threads='auto')), or {more_workers}"
+                if s.stage.split(" ", 1)[0] in ("batch", "filter")
+                else f"give it threads (map(fn, threads='auto')), or {more_workers}"
+            ),
         )
     return Diagnosis(
         s.stage,

@@ -381,7 +381,10 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         expand = getattr(src, "expand", None)
         if expand is not None:
             return f"source (expand {getattr(expand, '__name__', type(expand).__name__)})"
-        return f"source ({getattr(src, 'state_kind', 'items')})".replace("(lanes)", "(items)")
+        kind = getattr(src, "state_kind", "items")
+        return {"lanes": "source (items)", "none": "source (iterable)"}.get(
+            kind, f"source ({kind})"
+        )
 
     # -- iteration --------------------------------------------------------------------
     def context(self) -> WorkerContext:

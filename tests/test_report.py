@@ -142,9 +142,12 @@ def test_slow_consumer_is_named() -> None:
     assert _stage(loader, "downstream").own_s > 0.5, loader.report()
 
 
-def test_diagnosis_rules_on_numbers() -> None:
+def test_diagnosis_rules_on_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule alone: the costliest link, a threaded map's function over its threads,
     no verdict before anything was counted."""
+    from streambuf import _diagnosis
+
+    monkeypatch.setattr(_diagnosis, "_cores", lambda: 16)  # (the CPU bound: 7.5 / 16)
     a = sb.StageStats("source (items)", 100, 0.5, 0.005)
     b = sb.StageStats("map(f)", 100, 2.0, 0.02, fn_s=8.0, fn_cpu_s=7.5, fn_calls=100)
     c = sb.StageStats("downstream", 10, 0.1, 0.01)
@@ -153,6 +156,43 @@ def test_diagnosis_rules_on_numbers() -> None:
     found = diagnose([a, b, c], threads=[1, 2, 1])  # 4 s: computing
     assert found is not None and found.stage == "map(f)" and "computes" in found.advice
     assert diagnose([sb.StageStats("source (items)", 0, 0.0, 0.0)]) is None
+
+
+def test_a_threaded_map_costs_no_less_than_its_cpu_over_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """16 threads of a function that holds the GIL: their wall over 16 (0.09 s) undercounts
+    them, and the batch stage, whose thread waited for the GIL, was named (3 runs of 4
+    on the VM). The function's CPU over the cores its threads can use bounds it."""
+    from streambuf import _diagnosis
+
+    monkeypatch.setattr(_diagnosis, "_cores", lambda: 2)
+    m = sb.StageStats("map(busy)", 300, 0.05, 0.0002, fn_s=1.5, fn_cpu_s=1.2, fn_calls=300)
+    b = sb.StageStats("batch", 30, 0.4, 0.013, cpu_s=0.003)
+    found = diagnose([m, b], threads=[16, 1])
+    assert found is not None and found.stage == "map(busy)" and "computes" in found.advice
+    monkeypatch.setattr(_diagnosis, "_cores", lambda: 64)  # (C code on many cores: 1.2 /
+    found = diagnose([m, b], threads=[16, 1])  # 16 = 0.075 s: the batch stage costs more)
+    assert found is not None and found.stage == "batch"
+
+
+def test_advice_is_what_the_stage_can_take() -> None:
+    """batch and filter take no threads (a map before them does); a one-shot iterable is
+    read whole by every worker (more workers do not help it) and is named so."""
+    slow = sb.StageStats("batch", 30, 1.0, 0.03, cpu_s=0.01)
+    found = diagnose([slow], workers=2)
+    assert found is not None and "threaded map before it" in found.advice
+    src = sb.StageStats("source (iterable)", 200, 2.0, 0.01, cpu_s=0.01)
+    found = diagnose([src], workers=2)
+    assert found is not None and "more workers do not read it faster" in found.advice
+    assert "num_workers=3" not in found.advice
+
+    class Slow:
+        def __iter__(self) -> Any:
+            return iter(range(8))
+
+    names = [s.stage for s in sb.Pipeline(Slow()).stage_stats()]
+    assert names[0] == "source (iterable)", names
 
 
 def test_without_workers_the_loop_is_the_consumer() -> None:

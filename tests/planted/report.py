@@ -34,8 +34,8 @@ MUTANTS = [
     _m(
         "diagnosis: a threaded map's function time is not spread over its threads",
         "streambuf/_diagnosis.py",
-        "        return s.fn_s / max(1, threads)",
-        "        return s.fn_s",
+        "        n = max(1, threads)\n",
+        "        n = 1\n",
         f"{R}::test_diagnosis_rules_on_numbers",
     ),
     _m(
@@ -107,5 +107,19 @@ MUTANTS = [
         "        raw[i_core] += _core_wait(ns)\n",
         "        _core_wait(ns)\n",
         f"{R}::test_a_stage_that_waits_for_a_busy_core_is_seen_computing",
+    ),
+    _m(
+        "diagnosis: a threaded map costs its wall over its threads only (GIL-bound: undercounted)",
+        "streambuf/_diagnosis.py",
+        "        return max(s.fn_s / n, s.fn_cpu_s / min(n, _cores()))",
+        "        return s.fn_s / n",
+        f"{R}::test_a_threaded_map_costs_no_less_than_its_cpu_over_the_cores",
+    ),
+    _m(
+        "diagnosis: a one-shot iterable source is advised more workers",
+        "streambuf/_diagnosis.py",
+        '    if s.stage == "source (iterable)":  # every worker reads it whole, keeping its share',
+        "    if False:",
+        f"{R}::test_advice_is_what_the_stage_can_take",
     ),
 ]
