@@ -58,3 +58,22 @@ def test_every_planted_bug_names_a_test_and_a_unique_name():
     assert len({m.name for m in bugs}) == len(bugs)
     assert all(m.tests and all(t.startswith("tests/") for t in m.tests) for m in bugs)
     assert all(m.old != m.new for m in bugs)
+
+
+def test_every_planted_bug_applies_once_and_compiles():
+    """A bug whose text no longer occurs once in its file (the code it names was edited:
+    *stale*) or whose change does not compile (*broken*: it replaced the head of a line
+    that went on, leaving ``pass.atexit = False``) fails here in a second, not at the end
+    of ``make mutants``."""
+    root = Path(__file__).resolve().parent.parent
+    stale, broken = [], []
+    for m in all_mutants():
+        source = (root / m.path).read_text(encoding="utf-8")
+        if source.count(m.old) != 1:
+            stale.append(f"{m.name} ({m.path}: {source.count(m.old)} occurrences)")
+        elif m.path.endswith(".py"):
+            try:
+                compile(source.replace(m.old, m.new), m.path, "exec")
+            except SyntaxError as exc:
+                broken.append(f"{m.name}: {exc}")
+    assert not stale and not broken, (stale, broken)
