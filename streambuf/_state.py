@@ -119,6 +119,32 @@ _HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
 )
 
 
+def _changed_sources(saved: str, head: str, fps: list[str]) -> list[int]:
+    """The positions of a mix's sources (fingerprints ``fps``, in order) that the saved
+    fingerprint does not have where they are: it lists them after ``head`` (``mix[stop;``),
+    joined by ``,`` and closed by ``]``, so each one is read at its place, not searched
+    for anywhere (a source of 8 unnamed shards is a substring of one of 18, and swapped
+    sources are each found somewhere). A source not at its place is changed, and the
+    next one is looked for after it. []: the saved mix is not read this way (another
+    ``stop``, or no mix): the caller's general message."""
+    at = saved.find(head)
+    if at < 0:
+        return []
+    pos, changed = at + len(head), []
+    for i, fp in enumerate(fps):
+        end = "]" if i == len(fps) - 1 else ","
+        if saved.startswith(fp + end, pos):
+            pos += len(fp) + 1
+            continue
+        changed.append(i)
+        if i + 1 < len(fps):  # the next source begins after a "," further on, if unchanged
+            nxt = fps[i + 1] + ("]" if i + 2 == len(fps) else ",")
+            found = saved.find("," + nxt, pos)
+            if found >= 0:
+                pos = found + 1
+    return changed
+
+
 def _slot_has_data(pipe: PipelineView, epoch: int, slot: int, slots: int) -> bool:
     known = _HAS_DATA.setdefault(pipe, {})
     key = (epoch, slot, slots)
@@ -279,11 +305,11 @@ def _check_one(pipe: PipelineView, state: Any, path: str) -> dict[str, Any]:
     elif saved_shape != now_shape:
         sources = getattr(pipe._src, "pipelines", ())  # (a mix's)
         if sources:
-            changed = [
-                i
-                for i, source in enumerate(sources)
-                if fingerprint(source) not in state["fingerprint"]
-            ]
+            changed = _changed_sources(
+                state["fingerprint"],
+                f"mix[{getattr(pipe._src, 'stop', '')};",
+                [fingerprint(source) for source in sources],
+            )
             if changed:
                 raise ValueError(
                     f"this state was saved by a mix whose source(s) {changed} differed from "

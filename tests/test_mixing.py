@@ -144,6 +144,27 @@ def test_a_state_of_other_mixed_sources_does_not_load():
             mixed_pipe(sizes=sizes).batch(4).load_state_dict(state)
 
 
+def test_a_changed_mixed_source_is_read_at_its_place():
+    """Each source's fingerprint is read where the saved mix lists it, not searched for
+    anywhere: 8 unnamed shards are a substring of 18, and swapped sources are each found
+    somewhere (both fell back to the general message, which names no source)."""
+    saved = mixed_pipe(sizes=(18, 4)).batch(4)
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(ValueError, match=r"source\(s\) \[0\] differed"):
+        mixed_pipe(sizes=(8, 4)).batch(4).load_state_dict(state)
+    a, b = sb.Pipeline(list(range(12))), sb.Pipeline(list(range(5)))
+    ab = sb.mix([a, b], weights=[1, 1], seed=3).batch(4)
+    next(iter(ab))
+    state = ab.state_dict()
+    sb.mix([a, b], weights=[1, 1], seed=3).batch(4).load_state_dict(state)  # as saved
+    with pytest.raises(ValueError, match=r"source\(s\) \[0, 1\] differed"):
+        sb.mix([b, a], weights=[1, 1], seed=3).batch(4).load_state_dict(state)
+    c = sb.Pipeline(list(range(7)))
+    with pytest.raises(ValueError, match=r"source\(s\) \[1\] differed"):
+        sb.mix([a, c], weights=[1, 1], seed=3).batch(4).load_state_dict(state)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_mix_with_a_one_shot_source_refuses_to_save_and_names_it(workers):
     """A one-shot iterable has no state; in a mix it made ``state_dict()`` succeed and

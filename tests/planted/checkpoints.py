@@ -53,4 +53,11 @@ MUTANTS = [
         "    return out",
         f"{DCP}::test_ranks_of_one_data_rank_give_one_state",
     ),
+    _m(
+        "mix resume: a changed source is searched for anywhere in the saved mix",
+        "streambuf/_state.py",
+        "        if saved.startswith(fp + end, pos):",
+        "        if fp in saved:",
+        "tests/test_mixing.py::test_a_changed_mixed_source_is_read_at_its_place",
+    ),
 ]
