@@ -15,6 +15,7 @@ process, as ``streambuf bench`` runs them), so both targets can be read off one 
     python benchmarks/auto_threads_curve.py --tiny           # seconds (a smoke run)
     python benchmarks/auto_threads_curve.py --counts 8 --budgets 1 2 4   # budget-bound?
     python benchmarks/auto_threads_curve.py --counts 8 12 --items-per-thread 1   # depth
+    python benchmarks/auto_threads_curve.py --counts 10 12 16 --length 4 --tail  # steady
 
 ``--budgets K ...`` adds each fixed count again with ``K`` times the byte and batch
 budget (``max_bytes``, ``max_batches``): if a larger budget does not raise a count's
@@ -66,8 +67,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         default=[],
         help="run each fixed count again with the map holding K items a thread",
     )
+    parser.add_argument(
+        "--length",
+        type=int,
+        default=1,
+        help="run K times the row's batches (every run, the peer's too)",
+    )
+    parser.add_argument(
+        "--tail",
+        action="store_true",
+        help="read each run over its last three quarters of batches (start-up left out; "
+        '"auto": the mean count over that span)',
+    )
     args = parser.parse_args(argv)
     peer_cfg, auto_cfg = _seed_rows("tiny" if args.tiny else "full")
+    peer_cfg = dict(peer_cfg, batches=args.length * peer_cfg["batches"])
+    auto_cfg = dict(auto_cfg, batches=args.length * auto_cfg["batches"])
     if args.tiny:
         args.counts, args.rounds = [1, 2], 1
     workers = int(auto_cfg["workers"])
@@ -100,18 +115,27 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             if report.get("samples") != report.get("expected_samples"):
                 raise RuntimeError(f"{cfg['name']}: delivered {report.get('samples')} samples")
             got.setdefault(cfg["name"], []).append(report)
-    peer = statistics.median(r["batches_per_s"] for r in got[f"torchdata {total_peer}"])
+    key = "tail_batches_per_s" if args.tail else "batches_per_s"
+
+    def rate_of(r: dict[str, Any]) -> float:
+        return float(r.get(key, r["batches_per_s"]))
+
+    peer = statistics.median(rate_of(r) for r in got[f"torchdata {total_peer}"])
     rows: list[dict[str, Any]] = []
     print(
         f"seed workload: {LATENCY * 1000:.0f} ms a sample, batch {BATCH}, {workers} "
-        f"workers, {args.rounds} rounds (medians); peer: torchdata.nodes {total_peer} "
-        f"threads {peer:.1f} batches/s"
+        f"workers, {args.rounds} rounds (medians), {args.length}x the batches"
+        f"{', the last 3/4 of each run' if args.tail else ''}; peer: torchdata.nodes "
+        f"{total_peer} threads {peer:.1f} batches/s"
     )
     print(f"{'run':<28} {'threads':>8} {'batches/s':>10} {'x peer':>7} {'efficiency':>10}")
     for name, reports in got.items():
-        rate = statistics.median(r["batches_per_s"] for r in reports)
+        rate = statistics.median(rate_of(r) for r in reports)
         if name in totals:
             total: float = totals[name]
+        elif args.tail:  # "auto": the mean count over the tail, and the tail's rate
+            means = [r["tail_threads"] for r in reports if "tail_threads" in r]
+            total = statistics.median(means) if means else float("nan")
         else:  # "auto": the count it settled on, and its rate from then
             chosen = [r["threads_chosen"][0] for r in reports if r.get("threads_chosen")]
             total = statistics.median(chosen) if chosen else float("nan")
@@ -129,7 +153,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "map_peak_items": max((r.get("map_peak_items", 0) for r in reports), default=0),
             }
         )
-        print(f"{name:<28} {total:>8} {rate:>10.1f} {rate / peer:>6.2f}x {efficiency:>10.2f}")
+        print(f"{name:<28} {total:>8.4g} {rate:>10.1f} {rate / peer:>6.2f}x {efficiency:>10.2f}")
     return rows
 
 

@@ -261,3 +261,28 @@ def test_the_tuner_trace_script_runs_tiny(capsys):
     assert "batches/s" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no such row"):
         _script("trace_tuner").main(["--tiny", "--row", "nope"])
+
+
+def test_the_auto_threads_curve_reads_the_tail_of_longer_runs(capsys):
+    """``--length 2 --tail``: every run (the peer's too) twice the batches, each read over
+    its last three quarters; the "auto" row's count is the mean over that span."""
+    rows = _script("auto_threads_curve").main(["--tiny", "--length", "3", "--tail"])
+    assert [r["run"] for r in rows][:3] == ["torchdata 8", "streambuf 1", "streambuf 2"]
+    assert all(r["batches_per_s"] > 0 for r in rows)
+    assert "3x the batches, the last 3/4 of each run" in capsys.readouterr().out
+
+
+def test_a_loader_run_reports_its_tail_rate():
+    from streambuf.bench import latency
+    from streambuf.bench.workloads import run_loader
+
+    cfg = next(
+        c
+        for c in latency.configs("tiny")
+        if c["workload"] == "seed" and c["kind"] == "streambuf" and c["threads"] == "auto"
+    )
+    report = run_loader(dict(cfg, batches=40))
+    assert report["batches"] == 40
+    # the last 30 of 40 batches' rate: 29 intervals over the span from batch 11 to the last
+    assert 0 < report["tail_batches_per_s"] < 10 * report["batches_per_s"]
+    assert report["tail_threads"] >= 1  # the count, sampled every 8 batches, in that span

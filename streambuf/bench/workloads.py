@@ -280,6 +280,7 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
             built.close()
     steady = times[-1] - times[0] if len(times) > 1 else float("nan")
     settled = _settled(cfg, times, t_build, chosen_threads(threads)) if tuned else {}
+    tail = _tail(cfg, times, t_build, threads)
     return {
         "samples": seen,
         "expected_samples": n,
@@ -301,7 +302,29 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
             else {}
         ),
         **settled,
+        **tail,
     }
+
+
+def _tail(
+    cfg: dict[str, Any], times: list[float], t_build: float, counts: list[tuple[float, int]]
+) -> dict[str, Any]:
+    """The rate over the last three quarters of the batches (``tail_batches_per_s``): a
+    run of a few seconds spends a large part of itself starting (workers, buffers, the
+    climb of ``threads="auto"``), and the first-to-last rate mixes that in. With
+    ``threads="auto"``, ``tail_threads`` is the mean of the counts sampled in that span
+    (the count changes while it re-checks: the rate is what that mean delivered)."""
+    if len(times) < 8:
+        return {}
+    start = times[len(times) // 4]
+    span = times[-1] - start
+    if span <= 0:
+        return {}
+    out: dict[str, Any] = {"tail_batches_per_s": (len(times) - 1 - len(times) // 4) / span}
+    inside = [c for t, c in counts if t_build + t >= start]
+    if inside:
+        out["tail_threads"] = sum(inside) / len(inside)
+    return out
 
 
 def _settled(
