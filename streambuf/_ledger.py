@@ -45,13 +45,16 @@ class Rec:
 
 
 class _Entry:
-    __slots__ = ("hint", "live", "pos", "settled")
+    __slots__ = ("also", "hint", "live", "pos", "settled")
 
     def __init__(self, pos: Pos, hint: Any) -> None:
         self.pos = pos
         self.hint = hint  # how to fetch it again (a byte offset), or None
         self.live = 1  # copies downstream not yet settled (flatten makes children)
         self.settled: list[int] | None = None  # settled children of a flattened sample
+        # a flattened group's other samples (a user stage's output made of several):
+        # settled with this entry, when the group's last child is
+        self.also: list[Rec] | None = None
 
 
 class Ledger:
@@ -69,14 +72,29 @@ class Ledger:
             entry.settled = list(settled)
 
     def expanded(self, rec: Rec, children: int) -> None:
-        """``flatten`` turned ``rec`` into ``children`` samples."""
+        """``flatten`` turned ``rec`` into ``children`` samples. A group (a user stage's
+        output, ``members``) is flattened under its first sample's entry (the children's
+        positions extend its position); the group's other samples stay open until the
+        last child is settled, and are settled with it: a resume replays the whole group
+        to the stage, which makes the same output again, and skips the children already
+        delivered."""
         with self.lock:
             entry = self._open.get(rec.seq)
             if entry is None:
                 return
+            if rec.members is not None:
+                rest = _leaves(rec)[1:]
+                if rest:
+                    entry.also = (entry.also or []) + rest
             entry.live += children - 1
             if entry.live <= 0:
-                del self._open[rec.seq]
+                self._close(rec.seq, entry)
+
+    def _close(self, seq: int, entry: _Entry) -> None:
+        """The entry's last copy was settled: it and the group samples riding on it."""
+        del self._open[seq]
+        for other in entry.also or ():
+            self.settle(other)
 
     def settle(self, rec: Rec) -> None:
         """``rec`` was delivered or dropped: the consumer owes nothing more for it."""
@@ -86,7 +104,7 @@ class Ledger:
                 return
             entry.live -= 1
             if entry.live <= 0:
-                del self._open[rec.seq]
+                self._close(rec.seq, entry)
             elif len(rec.pos) > len(entry.pos):  # one child of a flattened sample
                 if entry.settled is None:
                     entry.settled = []
@@ -130,3 +148,10 @@ class Ledger:
 
     def __len__(self) -> int:
         return len(self._open)
+
+
+def _leaves(rec: Rec) -> list[Rec]:
+    """The samples in ``rec``, in order (a group's members may be groups in turn)."""
+    if rec.members is None:
+        return [rec]
+    return [leaf for m in rec.members for leaf in _leaves(m)]

@@ -48,7 +48,7 @@ from ._elastic import Progress
 from ._identity import remap, state_names
 from ._state_schema import validate
 from .sharding import assign, shard_order
-from .stages import Shuffle
+from .stages import Shuffle, stateful_then_reordered
 
 if TYPE_CHECKING:
     from ._contracts import PipelineView, WorkerContext
@@ -166,7 +166,7 @@ def run_state(
     before: Progress | None,
 ) -> dict[str, Any]:
     """The state dict of one rank (see the module docstring)."""
-    refused = pipe._src.state_refusal()
+    refused = pipe._src.state_refusal() or stateful_then_reordered(pipe._stages)
     if refused is not None:
         raise ValueError(refused)
     complete = all(

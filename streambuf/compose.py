@@ -16,7 +16,13 @@ yields outputs. The pipeline keeps the books that make it exact on resume:
   *before* yielding the output it goes with: a checkpoint saves the value at the yield
   before the first group not yet delivered, and a resumed ``iterate`` starts from that
   value and is given the samples of every group not delivered, in the same order. A
-  deterministic stage then makes the same outputs.
+  deterministic stage then makes the same outputs. So nothing after the stage may
+  deliver its outputs out of order (``.shuffle()``, ``map(ordered=False)`` with
+  threads): the outputs delivered after an undelivered one would not be given again and
+  their part of the value would be lost; the pipeline warns when built and
+  ``state_dict()`` refuses, naming both stages (put the shuffle before the stage). The
+  value is checked to be JSON data at every snapshot (a ``TypeError`` naming the stage
+  at the first batch, not at a save).
 * **Randomness.** ``state.seed`` is a seed of (pipeline seed, epoch, rank, worker,
   stage index): seed a generator with it and count its draws in ``state.value`` to
   resume exactly. A stage drawing from global randomness makes other outputs after a
@@ -31,6 +37,13 @@ yields outputs. The pipeline keeps the books that make it exact on resume:
   ``Loader`` takes them out of ``max_bytes`` before the rest is shared.
 * **Fingerprint.** ``config()`` (default: the instance's public attributes) is part of
   the state's fingerprint: a state saved with another configuration does not load.
+  Values JSON cannot hold are written the same in every process: a function or class
+  by module and name, a set sorted, anything else by its ``repr`` without addresses.
+* **Groups and ``.flatten()``.** A group's output that is a list of samples, flattened,
+  is settled when its last child is delivered (every sample of the group with it); a
+  resume gives the whole group to the stage again and skips the children delivered.
+* **Errors** raised by the stage carry a note naming it; one raised upstream (a map, the
+  source) and passed through its pull keeps only its own notes.
 * **Limits.** An elastic resume (another worker count or world size) starts each
   stage's state afresh (``state.value`` None) with the samples it has left; a stage
   cannot follow ``.batch()`` and cannot be in a pipeline given to ``mix()`` (a mix makes
@@ -43,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,7 +100,7 @@ class Stage(_Stage):
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
     def fingerprint(self) -> str:
-        cfg = json.dumps(self.config(), sort_keys=True, default=repr)
+        cfg = json.dumps(self.config(), sort_keys=True, default=_stable)
         return f"{type(self).__module__}.{type(self).__qualname__}{cfg}"
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
@@ -94,6 +108,23 @@ class Stage(_Stage):
         if self.owns_state:
             env.snapshots[k] = run.snapshot
         return run.run(up)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable(value: Any) -> Any:
+    """A configuration value JSON cannot hold, as text that is the same in every process
+    (a state saved in one process is loaded in another): a function or class by its
+    module and name, a set sorted, anything else by its ``repr`` without memory addresses
+    (a function's repr holds its address, different in each process, and a set's order
+    follows the string hash seed: states saved in one process were refused in the next)."""
+    if isinstance(value, set | frozenset):
+        return sorted(json.dumps(v, sort_keys=True, default=_stable) for v in value)
+    name = getattr(value, "__qualname__", None)
+    if callable(value) and isinstance(name, str):
+        return f"{getattr(value, '__module__', '?')}.{name}"
+    return _ADDRESS.sub("", repr(value))
 
 
 class _Run:
@@ -107,19 +138,33 @@ class _Run:
         self.group: list[Rec] = []  # pulled since the last output
         self.at_yield = copy.deepcopy(initial)  # state.value at the last yield
         self.emitted: deque[tuple[Rec, Any]] = deque()  # (output, state before it)
+        self.upstream: BaseException | None = None  # what the pull from upstream raised
 
     def snapshot(self) -> dict[str, Any]:
         with self.ledger.lock:
             while self.emitted and not self.ledger.is_open(self.emitted[0][0]):
                 self.emitted.popleft()
             before = self.emitted[0][1] if self.emitted else self.at_yield
+            try:
+                json.dumps(before)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"stage {self.stage.name!r}: state.value={before!r} cannot be saved: "
+                    f"{exc}; a stage's state is plain JSON data (dict, list, str, int, "
+                    "float, bool, None): keep a set as a sorted list, numbers as int(x) or "
+                    "float(x)"
+                ) from exc
             return {"value": copy.deepcopy(before)}
 
     def _pull(self, up: Iterator[Rec]) -> Iterator[Any]:
-        for rec in up:
-            with self.ledger.lock:
-                self.group.append(rec)
-            yield rec.value
+        try:
+            for rec in up:
+                with self.ledger.lock:
+                    self.group.append(rec)
+                yield rec.value
+        except BaseException as exc:  # raised upstream: its notes say where, not this stage
+            self.upstream = exc
+            raise
 
     def run(self, up: Iterator[Rec]) -> Iterator[Rec]:
         stage, ledger = self.stage, self.ledger
@@ -131,7 +176,8 @@ class _Run:
                 except StopIteration:
                     break
                 except Exception as exc:
-                    add_note(exc, f"streambuf: raised in stage {stage.name!r}")
+                    if exc is not self.upstream:
+                        add_note(exc, f"streambuf: raised in stage {stage.name!r}")
                     raise
                 with ledger.lock:
                     members, self.group = self.group, []

@@ -194,9 +194,11 @@ class Loader:
         if fixed and fixed > self.max_bytes // 2:
             raise ValueError(
                 f"max_bytes={self.max_bytes} cannot hold the pipeline's fixed stage buffers: "
-                f"{fixed} bytes ({fixed // copies} in each of {copies} copies: pack's block "
-                "of 12 bytes per token) would take over half of it; raise max_bytes (to at "
-                f"least {2 * fixed}) or use a shorter seq_len or fewer workers"
+                f"{fixed} bytes ({fixed // copies} in each of {copies} copies: "
+                f"{pipeline._fixed_stage_holders()}; pack's block is 12 bytes a token) "
+                f"would take over half of it; raise max_bytes (to at least {2 * fixed}), "
+                "use fewer workers, or make the stage's buffer smaller (pack: a shorter "
+                "seq_len)"
             )
         rest = self.max_bytes - fixed
         stage_total = rest // 4 if pipeline._has_stage_buffers() else 0

@@ -21,6 +21,7 @@ State: ``state_dict()``/``load_state_dict()`` checkpoint an in-process iteration
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,7 +43,16 @@ from .compose import Stage as UserStage
 from .packing import Pack
 from .prefetch import parse_threads
 from .sharding import Equalize, Sharding, current_rank_world, current_worker, equal_batch_counts
-from .stages import Batch, Filter, Flatten, Map, Prefetch, Shuffle, Stage
+from .stages import (
+    Batch,
+    Filter,
+    Flatten,
+    Map,
+    Prefetch,
+    Shuffle,
+    Stage,
+    stateful_then_reordered,
+)
 
 __all__ = ["Pipeline"]
 
@@ -144,9 +154,14 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
                 "follow packing (a block has no position of its own to resume from); "
                 "move it before .pack()"
             )
+        stages = (*self._stages, stage)
+        if stage.reorders and stateful_then_reordered(self._stages) is None:
+            unsaveable = stateful_then_reordered(stages)
+            if unsaveable is not None:  # iterating is fine; state_dict() will refuse
+                warnings.warn(f"{unsaveable} (state_dict() refuses it)", stacklevel=3)
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(self.__dict__)
-        new._stages = (*self._stages, stage)
+        new._stages = stages
         new._meter = StageMeter(len(new._stages))
         new._current, new._resume = None, None
         return new
@@ -266,6 +281,12 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
     def _fixed_stage_bytes(self) -> int:
         """Bytes the stages hold in each copy whatever the budget (``pack``'s block)."""
         return sum(s.fixed_bytes() for s in self._stages)
+
+    def _fixed_stage_holders(self) -> str:
+        """The stages that hold fixed bytes, with their bytes, for an error message."""
+        return ", ".join(
+            f"{s.name!r} {s.fixed_bytes()}" for s in self._stages if s.fixed_bytes() > 0
+        )
 
     def _per_stage_bytes(self, stage_bytes: int | None) -> int | None:
         """A Loader's stage grant split evenly among the stages that hold items ahead

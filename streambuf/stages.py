@@ -57,6 +57,7 @@ __all__ = [
     "map_items",
     "prefetch_items",
     "shuffle_items",
+    "stateful_then_reordered",
 ]
 
 _M64 = (1 << 64) - 1
@@ -109,6 +110,13 @@ class Stage:
     name = "stage"
     buffers = False  # holds samples ahead (gets a share of the Loader's stage budget)
 
+    @property
+    def reorders(self) -> bool:
+        """Delivers its outputs in another order than it takes its inputs (a shuffle, an
+        unordered threaded map): a stage owning state before it cannot resume exactly
+        (``stateful_then_reordered``)."""
+        return False
+
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         raise NotImplementedError
 
@@ -158,6 +166,10 @@ class Map(Stage):
     max_threads: int | None = None
     # threads="auto": the count in use per worker, in shared memory (``stats()``)
     counters: SharedCounters | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def reorders(self) -> bool:
+        return not self.ordered and self.threads != 1
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -353,6 +365,29 @@ def _draw(seed: int, counter: int, n: int) -> int:
     return (z ^ (z >> 31)) % n
 
 
+def stateful_then_reordered(stages: tuple[Stage, ...]) -> str | None:
+    """Why a pipeline with these stages cannot save a state that resumes exactly, or
+    None: a stage that owns state (``owns_state``) followed by one that reorders. A saved
+    state holds the stage's value before its first output not yet delivered, and a resume
+    gives it again the samples of the outputs not delivered; outputs delivered out of
+    order after that one are not given again, so the value they made is lost (a running
+    sum resumed without them; a stage keeping the first N samples kept more)."""
+    for i, stage in enumerate(stages):
+        if not getattr(stage, "owns_state", False):
+            continue
+        for later in stages[i + 1 :]:
+            if later.reorders:
+                return (
+                    f"stage {stage.name!r} owns state and {later.name}() after it delivers "
+                    "its outputs out of the order it made them, so a saved state cannot "
+                    "resume it exactly (the value saved is the one before the first output "
+                    "not yet delivered; outputs delivered after it would not be given "
+                    f"again); move {later.name}() before {stage.name!r}"
+                    + (" or make the map ordered" if isinstance(later, Map) else "")
+                )
+    return None
+
+
 @dataclass(frozen=True)
 class Shuffle(Stage):
     buffer_items: int
@@ -360,6 +395,10 @@ class Shuffle(Stage):
     seed: int | None = None
     sizeof: Callable[[Any], int] = nbytes
     name = "shuffle"
+
+    @property
+    def reorders(self) -> bool:
+        return True
 
     def __post_init__(self) -> None:
         parse_count(self.buffer_items, name="buffer_items")
