@@ -40,7 +40,8 @@ downstream work included) at one count after another, and climbs:
    by ``noise``; then up again;
 3. **down**: when the first step up did not pay (or could not be taken), halve the
    count (fewer threads may do the same work: the function holds the GIL, or something
-   downstream is the limit); then down
+   downstream is the limit; from a count a capped step reached, e.g. 21, down to the
+   power of two below it, 16, the count that step began at); then down
    again (down to one thread: a GIL-bound function can be much faster on one thread
    than on two; with ``inline=True`` down to 0, *inline*: no thread, the consumer runs
    the function itself, without a hand-off) while the rate stays above ``fall`` of the
@@ -53,7 +54,10 @@ downstream work included) at one count after another, and climbs:
    less for the CPUs and the GIL; "more by the noise": else each check would be a coin
    flip that can only go down, since busy CPUs stop growth: on the 2-core VM the mixed
    workload walked down to 2 threads a worker and stayed); else the fewest threads
-   within ``keep`` and the noise of the best;
+   within ``keep`` and the noise of the best. A count at the byte room (``room()``
+   below ``max_threads``) gives way to the most threads below it that did as much
+   (within ``keep`` and the noise of its rate): there each thread's item in flight is
+   all the bound allows, and threads that add nothing only hold bytes;
 4. **settled**: re-checked (steps 1-3 from the current count) after ``interval``
    seconds; the interval doubles each time a check confirms the count (up to
    ``max_interval_s``) and starts again at ``min_interval_s`` when the count changes.
@@ -208,6 +212,12 @@ class ThreadTuner:
         room = self._room() if self._room is not None else self.max_threads
         return max(1, min(self.max_threads, room))
 
+    def _room_cap(self) -> float:
+        """The count the byte room caps now, where it is below ``max_threads`` (else
+        infinity: ``max_threads`` is the user's bound, not memory)."""
+        room = self._room() if self._room is not None else self.max_threads
+        return room if room < self.max_threads else math.inf
+
     def _set(self, count: int) -> int:
         self.history.append((self._clock() - self._t_start, count, self._rates[self.count]))
         self._prev = self.count
@@ -228,7 +238,13 @@ class ThreadTuner:
         return self._set(new)
 
     def _down(self) -> int | None:
-        new = max(self.least, self.count // 2)
+        # to the power of two below: half of one, and from a count a step capped by the
+        # limit reached (21 from 16) the count that step began at, so a re-check from
+        # there measures it again (from 21 a halving measured 10, never 16: a count the
+        # noise once took up to the limit stayed there)
+        new = max(self.least, 1 << (self.count.bit_length() - 1) if self.count > 1 else 0)
+        if new == self.count:
+            new = max(self.least, self.count // 2)
         if new >= self.count or new in self._rates:
             return None
         self._dir = "down"
@@ -254,6 +270,14 @@ class ThreadTuner:
                 count = min(c for c in near if c == count or self._rates[c] >= same)
         else:
             count = min(near)
+        if count >= self._room_cap() and count > 1:
+            # at the byte room: each thread's item in flight is the most the bound allows,
+            # so fewer threads that did as much (within ``keep`` and the noise of its
+            # rate) are taken: the bytes buy nothing there
+            floor = self._near() * self._rates[count]
+            fewer = [c for c, r in self._rates.items() if c < count and r >= floor]
+            if fewer:
+                count = max(fewer)
         now = self._clock()
         if count == self._from:
             self._interval = min(2 * self._interval, self.max_interval_s)

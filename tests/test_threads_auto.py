@@ -10,6 +10,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torchdata.nodes
@@ -283,7 +284,13 @@ def test_rechecks_back_off_and_follow_a_change() -> None:
 
 
 def noisy_run(
-    rates: dict[int, float], seed: int, *, busy: float, seconds: float = 30.0, cv: float = 0.3
+    rates: dict[int, float],
+    seed: int,
+    *,
+    busy: float,
+    seconds: float = 30.0,
+    cv: float = 0.3,
+    **kw: Any,
 ) -> tuple[float, dict[int, float], ThreadTuner]:
     """A Loader worker on a loaded machine, on a fake clock: the consumer takes a batch of
     32 items at once, then pauses; each cycle's length moves at random (``cv``: the other
@@ -292,7 +299,7 @@ def noisy_run(
     the tuner)."""
     rnd = random.Random(seed)
     c = Clocks()
-    t = tuner(c, cpus=2.0, window=32, min_window_s=0.1, min_interval_s=2.0)
+    t = tuner(c, cpus=2.0, window=32, min_window_s=0.1, min_interval_s=2.0, **kw)
     at: dict[int, float] = {}
     items = 0
     while c.t < seconds:
@@ -384,6 +391,40 @@ def test_on_a_noisy_machine_a_clear_difference_is_still_taken(seed: int) -> None
     total = sum(at.values())
     assert at.get(1, 0.0) + at.get(2, 0.0) >= 0.75 * total, (at, t.history)
     assert rate >= 0.8 * 900.0, (rate, t.history)
+
+
+# the seed workload's shape in one worker on the 2-core VM: 10 ms items, in proportion
+# to 16 threads, flat past them (16 -> 21, the byte room, read 0.75-1.02 of 16's rate)
+SEED_SHAPE = {0: 50.0, 1: 96.5, 2: 193.0, 4: 386.0, 8: 772.0, 16: 1544.0, 21: 1544.0}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_at_the_byte_room_a_count_that_pays_nothing_more_is_not_kept(seed: int) -> None:
+    """The byte room (21) caps a step from 16; threads past 16 add nothing. With windows
+    10% apart the count sat at 21 for 40-82% of a run in 2 seeds of 8: one noisy window
+    took it there, and a re-check from 21 halved to 10, never measuring 16 again. A
+    re-check from a capped count now measures the count the step began at, and at the
+    byte room fewer threads that did as much are taken."""
+    rates = {k: v for k, v in SEED_SHAPE.items()}
+    _, at, t = noisy_run(rates, seed, busy=1.0, cv=0.1, room=lambda: 21)
+    assert at.get(21, 0.0) <= 0.2 * sum(at.values()), (at, t.history)
+    assert at.get(16, 0.0) >= 0.6 * sum(at.values()), (at, t.history)
+
+
+def test_at_the_byte_room_a_count_that_pays_is_kept() -> None:
+    # the 64 KiB workload's shape: 16 -> 21 pays ~25% (fixed counts: 195 -> 227-241)
+    rates = {k: 96.5 * min(k, 21) if k else 50.0 for k in SEED_SHAPE}
+    for seed in range(4):
+        _, at, t = noisy_run(rates, seed, busy=1.0, cv=0.1, room=lambda: 21)
+        assert at.get(21, 0.0) >= 0.8 * sum(at.values()), (at, t.history)
+
+
+def test_a_recheck_from_a_capped_count_measures_the_count_below_it() -> None:
+    c = Clocks()
+    t = tuner(c, room=lambda: 21)
+    t.adopt(21)
+    counts = drive(t, c, lambda n: 100.0 * min(n, 16), 3000)
+    assert counts[0] == 16 and t.count == 16, (counts, t.history)
 
 
 class Buffered:

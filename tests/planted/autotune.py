@@ -374,3 +374,26 @@ MUTANTS += [
         "::test_on_a_noisy_machine_the_count_stays_where_it_pays",
     ),
 ]
+MUTANTS += [
+    _m(
+        "a re-check from a count capped by the byte room halves it (never measures 16 again)",
+        "streambuf/_tuner.py",
+        "        new = max(self.least, 1 << (self.count.bit_length() - 1) if self.count > 1 else 0)",
+        "        new = max(self.least, self.count // 2)",
+        "::test_a_recheck_from_a_capped_count_measures_the_count_below_it",
+    ),
+    _m(
+        "at the byte room a count that pays nothing more than fewer threads is kept",
+        "streambuf/_tuner.py",
+        "        if count >= self._room_cap() and count > 1:",
+        "        if False:",
+        "::test_at_the_byte_room_a_count_that_pays_nothing_more_is_not_kept",
+    ),
+    _m(
+        "at the byte room fewer threads are taken though they did less",
+        "streambuf/_tuner.py",
+        "            fewer = [c for c, r in self._rates.items() if c < count and r >= floor]",
+        "            fewer = [c for c, r in self._rates.items() if c < count]",
+        "::test_at_the_byte_room_a_count_that_pays_is_kept",
+    ),
+]
