@@ -110,6 +110,11 @@ class _Builder:
         self._add(self.template, x, self.count)
         self.count += 1
 
+    def explain(self, x: Any) -> str:
+        """Where ``x`` differs from the batch's first sample (after ``add`` refused it):
+        the slow path of an error message, never of a batch."""
+        return _differs(self.template, x, "sample")
+
     def _add(self, plan: Any, x: Any, i: int) -> None:
         kind = plan[0]
         if kind == "t":
@@ -168,6 +173,44 @@ class _Builder:
         return default_collate(leaves)
 
 
+def _differs(plan: Any, x: Any, where: str) -> str:
+    """The first difference between ``x`` and a ``_Builder`` plan, named by its path."""
+    kind = plan[0]
+    if kind == "t":
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(x)
+        if not isinstance(x, torch.Tensor):
+            return f"{where} is a {type(x).__name__}, the first's a tensor"
+        if x.shape != plan[2]:
+            return f"{where} has shape {tuple(x.shape)}, the first's {tuple(plan[2])}"
+        if x.dtype != plan[3]:
+            return f"{where} has dtype {x.dtype}, the first's {plan[3]}"
+    elif kind == "d":
+        if not isinstance(x, dict):
+            return f"{where} is a {type(x).__name__}, the first's a dict"
+        if x.keys() != plan[1].keys():
+            extra, missing = (
+                sorted(map(str, x.keys() - plan[1].keys())),
+                sorted(map(str, plan[1].keys() - x.keys())),
+            )
+            return f"{where} has keys {extra or '-'} more and {missing or '-'} fewer"
+        for k, sub in plan[1].items():
+            if sub[0] in ("t", "d", "l"):
+                got = _differs(sub, x[k], f"{where}[{k!r}]")
+                if got:
+                    return got
+    elif kind == "l":
+        if not isinstance(x, tuple | list):
+            return f"{where} is a {type(x).__name__}, the first's a sequence"
+        if len(x) != len(plan[1]):
+            return f"{where} has {len(x)} elements, the first {len(plan[1])}"
+        for j, (sub, v) in enumerate(zip(plan[1], x)):
+            got = _differs(sub, v, f"{where}[{j}]")
+            if got:
+                return got
+    return ""
+
+
 class Collator:
     """One batch of at most ``n`` samples: ``add`` each, then ``result()``.
 
@@ -193,8 +236,9 @@ class Collator:
                 self._builder.add(x)
             except _Mismatch:
                 raise ValueError(
-                    "batch(): samples in one batch differ in structure, shape or dtype; "
-                    "pass collate= to batch them your way"
+                    f"batch(): sample {self.count} of the batch differs from its first: "
+                    f"{self._builder.explain(x)}; make the samples alike (resize, pad, "
+                    "crop in a map before batch()) or pass collate= to batch them your way"
                 ) from None
         else:
             self._held.append(x)

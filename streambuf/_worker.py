@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["PARENT_POLL_S", "Board", "Feed", "watch_parent"]
 
 PARENT_POLL_S = 0.5
+RECENT_BATCHES = 4  # a worker's reservation: the largest of its last this many batches
 _GEN, _EPOCH, _RANK, _WORLD, _ROTATION, _PLAN, _ROUND = range(7)
 
 
@@ -251,6 +253,7 @@ class Feed(IterableDataset[Any]):
         budget = self.budget
         estimate = budget.slice_bytes(worker)  # first batch: its whole slice (size unknown)
         first = True
+        recent: deque[int] = deque(maxlen=RECENT_BATCHES)  # the last batches' sizes
         it = self.pipeline._iterate(
             ctx, stage_bytes=self.stage_bytes, resume=resume, progress=progress
         )
@@ -273,14 +276,18 @@ class Feed(IterableDataset[Any]):
                     yield Failure.of(exc, worker=worker)
                     return
                 size = nbytes(batch)
-                budget.adjust(
-                    worker,
-                    size - estimate,
-                    batch_bytes=size,
-                    overshoot=size > estimate,
-                    generation=gen,
-                )
-                estimate = max(size, 1) if first else max(estimate, size)
+                if size > estimate:  # reserved again at its real size: it fits, or alone
+                    budget.cancel(worker, estimate, generation=gen)
+                    if not budget.reserve(worker, size, generation=gen):
+                        return
+                    budget.adjust(worker, 0, batch_bytes=size, overshoot=True, generation=gen)
+                else:
+                    budget.adjust(worker, size - estimate, batch_bytes=size, generation=gen)
+                recent.append(size)
+                # the next reservation: the largest of the last batches (one outlier does
+                # not shrink the depth for the rest of the epoch; a larger batch reserves
+                # again at its size)
+                estimate = max(max(recent), 1)
                 first = False
                 yield Tagged(worker, size, batch, (logical, it.snapshot()))
         finally:

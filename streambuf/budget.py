@@ -3,8 +3,8 @@
 The accounting lives in shared memory (``multiprocessing`` raw arrays): per worker, the
 bytes and batches it has produced that the main process has not yet handed to the user.
 
-* A worker **reserves** before it builds a batch (an estimate: the largest batch it has
-  built so far, or its whole slice for the first one), so the batch under construction
+* A worker **reserves** before it builds a batch (an estimate: the largest of its last
+  few batches, or its whole slice for the first one), so the batch under construction
   is inside the budget too; once built, the reservation is adjusted to the true size.
 * The main process **releases** a batch's credits when it hands the batch to the user.
 * **Sharded** (``pooled=False``, for in-order delivery): worker ``w`` may hold at most its
@@ -13,10 +13,15 @@ bytes and batches it has produced that the main process has not yet handed to th
   cannot be held by batches queued behind it, so it cannot deadlock (docs/design.md 4).
 * **Pooled** (``pooled=True``, only for as-ready delivery): one pool for all workers.
 * A batch larger than the (slice of the) budget is admitted alone, when its worker holds
-  nothing (pooled: when nothing is held at all), and counted in ``oversize``.
-* A batch that turns out larger than its reservation is still delivered (it exists) and
-  counted in ``overshoot``; the worker's estimate grows, so it cannot happen twice for
-  the same size.
+  nothing else (pooled: when nothing else is held at all), and counted in ``oversize``.
+* A batch that turns out larger than its reservation gives the reservation back and
+  **reserves again at its real size** (the rule above: it fits, or it is alone), and is
+  counted in ``overshoot``: credits in flight never pass ``max_bytes`` (each worker's
+  slice, when sharded) but for a batch held alone. Not counted: the one batch a worker
+  has built while it waits there. Waiting with the smaller reservation still held
+  deadlocks two pooled workers that both outgrew theirs; given back, it cannot. (Until
+  2026-12-05 it was added on top of the worker's held batches: 10 MiB over seven
+  others in a 1 MiB slice.)
 * ``generation``: bumped by the main process when an iteration is abandoned; a worker
   waiting for credits of an older generation stops waiting (its batches are discarded).
 * **A lock held by a dead process.** The accounting lock is a process-shared semaphore:
@@ -232,9 +237,6 @@ class CreditBudget:
                     return False
                 if self._fits(worker, nbytes):
                     o = worker * _F
-                    limit = self._g[_G_MAX_B] if self.pooled else self._w[o + _LIM_B]
-                    if nbytes > limit:
-                        self._w[o + _OVERSIZE] += 1
                     self._add(worker, nbytes, 1)
                     self._w[o + _WAIT_US] += int((time.monotonic() - t0) * 1e6)
                     return True
@@ -263,6 +265,9 @@ class CreditBudget:
             if generation is not None and self._g[_G_GEN] != generation:
                 return
             self._add(worker, delta_bytes, 0)
+            o = worker * _F
+            if batch_bytes > (self._g[_G_MAX_B] if self.pooled else self._w[o + _LIM_B]):
+                self._w[o + _OVERSIZE] += 1  # a batch larger than its slice: held alone
             self._g[_G_HELD_B] += batch_bytes
             if self._g[_G_HELD_B] > self._g[_G_PEAK_HELD_B]:
                 self._g[_G_PEAK_HELD_B] = self._g[_G_HELD_B]

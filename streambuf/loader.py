@@ -355,7 +355,7 @@ class Loader:
             plan=plan.for_workers() if plan.resumes else None,
             round_=self._round,
         )
-        failed = False
+        failed = finished = False
         poll_s = min(POLL_S, self.timeout_s or POLL_S)
         try:
             if kept is not None:  # persistent workers: iter() resets them, a wait
@@ -369,11 +369,17 @@ class Loader:
                     self._dl_iter, timeout_s=self.timeout_s, poll_s=poll_s
                 )
             yield from self._count_workers(self._dl_iter, self._supervisor)
+            finished = True
         except WorkerError:
             failed = True
             raise
         finally:
-            self._end_iteration(failed=failed)
+            # left early (a stage's error, an error in the loop, a break) without
+            # persistent workers: they are ended at once, as after a worker's failure;
+            # torch's shutdown waits 5 s for each one still inside an item (a stage error
+            # reached the loop 15 s late with three workers in a long read)
+            early = not finished and not self.persistent_workers
+            self._end_iteration(failed=failed or early)
 
     # -- checkpoints ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -419,7 +425,9 @@ class Loader:
 
     def _end_iteration(self, *, failed: bool) -> None:
         """Wake workers waiting for credits, then shut them down (or keep them, when
-        persistent). After a worker failure: kill them all and drop this DataLoader."""
+        persistent). After a worker failure, or an iteration left early without
+        persistent workers: kill them all and drop this DataLoader (a killed worker may
+        hold the budget's lock: the next iteration builds a new one)."""
         sup, self._supervisor = self._supervisor, None
         if sup is not None:
             sup.stop()

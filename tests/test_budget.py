@@ -177,8 +177,6 @@ class BudgetMachine(RuleBasedStateMachine):
         got = self.actors[w].call("reserve", w, nbytes, generation=self.gen, timeout_s=0)
         assert got == expect, f"reserve({w}, {nbytes}): budget said {got}, rules say {expect}"
         if got:
-            if nbytes > self.limit_for(w):
-                self.oversize += 1
             self.reserved[w].append(nbytes)
 
     @precondition(lambda self: any(self.reserved))
@@ -186,11 +184,21 @@ class BudgetMachine(RuleBasedStateMachine):
     def finish(self, data: st.DataObject) -> None:
         """A reservation becomes a batch of its true size (smaller, equal or larger)."""
         w = data.draw(st.sampled_from([i for i in range(self.workers) if self.reserved[i]]))
-        estimate = self.reserved[w].popleft()
+        estimate = self.reserved[w][0]
         size = data.draw(st.integers(0, estimate + 20), label="size")
-        self.actors[w].call(
-            "adjust", w, size - estimate, batch_bytes=size, overshoot=size > estimate
-        )
+        self.reserved[w].popleft()
+        if size > estimate:  # larger than reserved: given back, reserved again at its size
+            self.actors[w].call("cancel", w, estimate)
+            expect = self.fits(w, size)
+            got = self.actors[w].call("reserve", w, size, generation=self.gen, timeout_s=0)
+            assert got == expect, f"reserve({w}, {size}): budget said {got}, rules say {expect}"
+            if not got:
+                return  # (the worker waits for room, its batch built and not counted)
+            self.actors[w].call("adjust", w, 0, batch_bytes=size, overshoot=True)
+        else:
+            self.actors[w].call("adjust", w, size - estimate, batch_bytes=size)
+        if size > self.limit_for(w):
+            self.oversize += 1
         self.finished[w].append(size)
 
     @precondition(lambda self: any(self.reserved))

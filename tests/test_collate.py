@@ -56,8 +56,24 @@ def test_equals_default_collate(name, drop_last):
 
 
 def test_mismatched_shapes_raise_clear_error():
-    with pytest.raises(ValueError, match="differ"):
+    """The error says which sample, where in it and what differs (it said only "differ
+    in structure, shape or dtype")."""
+    with pytest.raises(
+        ValueError, match=r"sample 1 .* sample has shape \(3,\), the first's \(2,\)"
+    ):
         list(batch_items([torch.zeros(2), torch.zeros(3)], 2))
+    a = {"image": torch.zeros(3, 4, 4), "label": 1, "parts": [torch.zeros(2)]}
+    cases = [
+        (dict(a, image=torch.zeros(3, 5, 4)), r"sample\['image'\] has shape \(3, 5, 4\)"),
+        (dict(a, image=torch.zeros(3, 4, 4, dtype=torch.float64)), r"dtype torch.float64"),
+        ({"image": a["image"], "label": 2}, r"keys - more and \['parts'\] fewer"),
+        (dict(a, parts=[torch.zeros(2), torch.zeros(2)]), r"sample\['parts'\] has 2 elements"),
+        (dict(a, parts=[torch.zeros(1)]), r"sample\['parts'\]\[0\] has shape \(1,\)"),
+        (dict(a, image="x.jpg"), r"sample\['image'\] is a str, the first's a tensor"),
+    ]
+    for b, match in cases:
+        with pytest.raises(ValueError, match=match):
+            list(batch_items([a, a, b], 3))
 
 
 def test_unknown_leaf_falls_back_to_default_collate():

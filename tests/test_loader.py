@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 
 import pytest
@@ -223,3 +224,53 @@ def test_loader_does_not_modify_its_pipeline():
         make_pipe(6, shuffle=True, rank=1, world=2), num_workers=0, max_batches=1, max_bytes="1MiB"
     )
     assert len([b for b in other]) < len([b for b in loader])
+
+
+def _long_read_unless_worker_0(i: int) -> int:
+    """Worker 0 fails on its first item; the others are inside a 20 s read."""
+    info = torch.utils.data.get_worker_info()
+    if info is not None and info.id == 0:
+        raise ValueError(f"cannot decode sample {i}")
+    time.sleep(20)
+    return i
+
+
+class _QuickThenLong:
+    """While ``flag`` exists, items past the 8th are a 20 s read each."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def __call__(self, i: int) -> int:
+        if i >= 8 and os.path.exists(self.flag):
+            time.sleep(20)
+        return i
+
+
+def test_a_stage_error_reaches_the_loop_without_waiting_for_busy_workers():
+    """torch's shutdown waits 5 s for each worker still inside an item: with two of three
+    workers in a long read the error reached the loop 10-15 s after it was raised. An
+    iteration left early without persistent workers ends them at once."""
+    pipe = Pipeline(list(range(30))).map(_long_read_unless_worker_0).batch(1)
+    loader = Loader(pipe, num_workers=3, max_batches=3, max_bytes="1MiB", timeout_s=60)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="cannot decode sample"):
+        list(loader)
+    assert time.monotonic() - t0 < 8.0
+
+
+def test_a_break_returns_without_waiting_for_busy_workers(tmp_path):
+    flag = tmp_path / "slow"
+    flag.touch()
+    pipe = Pipeline(list(range(40))).map(_QuickThenLong(str(flag))).batch(2)
+    loader = Loader(pipe, num_workers=2, max_batches=2, max_bytes="1MiB", timeout_s=60)
+    it = iter(loader)
+    next(it)
+    time.sleep(0.5)  # the workers are inside their long reads now
+    t0 = time.monotonic()
+    it.close()
+    assert time.monotonic() - t0 < 4.0
+    # the next epoch runs whole on fresh workers and a fresh budget
+    flag.unlink()
+    assert sorted(x for b in loader for x in b.tolist()) == list(range(40))
+    assert loader.stats().budget.in_flight_bytes == 0

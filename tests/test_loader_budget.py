@@ -65,3 +65,58 @@ def test_batch_credits_bind_with_tiny_batches(in_order):
     assert s.peak_in_flight_batches == 6, s
     if in_order:
         assert s.per_worker_peak_batches == (3, 3)
+
+
+def outlier_sample(i: int):
+    """16 KiB samples; every 20th 1 MiB (a long clip among short ones)."""
+    import torch
+
+    t = torch.zeros((1 << 20) if i % 20 == 19 else (16 << 10), dtype=torch.uint8)
+    t[0] = i % 251
+    return t
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_batch_larger_than_its_reservation_waits_for_room(in_order):
+    """A batch that outgrows its reservation is reserved again at its size: credits stay
+    within the budget (a slice, in order) but for that batch held alone (it was added on
+    top of the worker's held batches: 10 MiB over seven others in a 1 MiB slice)."""
+    pipe = Pipeline(list(range(80))).map(outlier_sample).batch(1)
+    loader = Loader(
+        pipe,
+        num_workers=2,
+        max_batches=16,
+        max_bytes="256KiB",
+        in_order=in_order,
+        adaptive=False,
+        timeout_s=60,
+    )
+    n = 0
+    for _ in loader:
+        n += 1
+        time.sleep(0.005)  # a slow consumer: the workers fill their credits
+    s = loader.stats().budget
+    assert n == 80
+    assert s.oversize == 4, s  # the four 1 MiB batches, each held alone: no more
+    if in_order:
+        slice_b = max(s.per_worker_limit_bytes)
+        for peak in s.per_worker_peak_bytes:
+            assert peak <= max(slice_b, MIB), s
+    else:
+        assert s.peak_in_flight_bytes <= MIB, s
+
+
+def test_one_large_batch_does_not_shrink_the_depth_for_the_rest_of_the_epoch():
+    """A worker reserves the largest of its last few batches, not of the epoch: after one
+    1 MiB batch among 16 KiB ones, it holds several batches again (it held one at a time
+    for good, every reservation then counted as larger than the slice)."""
+    pipe = Pipeline([19] + [0] * 59).map(outlier_sample).batch(1)  # one 1 MiB, then small
+    loader = Loader(
+        pipe, num_workers=1, max_batches=8, max_bytes="512KiB", adaptive=False, timeout_s=60
+    )
+    held = []
+    for k, _ in enumerate(loader):
+        time.sleep(0.01)
+        if k >= 20:
+            held.append(loader.stats().budget.in_flight_batches)
+    assert sum(held) / len(held) >= 4, held

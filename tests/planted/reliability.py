@@ -274,3 +274,35 @@ MUTANTS = [
         "tests/test_forking.py",
     ),
 ]
+MUTANTS += [
+    _m(
+        "budget: a batch larger than its reservation is added on top of the held ones",
+        "streambuf/_worker.py",
+        "                if size > estimate:  # reserved again at its real size: it fits, or alone",
+        "                if False:",
+        "tests/test_loader_budget.py::test_a_batch_larger_than_its_reservation_waits_for_room",
+    ),
+    _m(
+        "budget: a worker reserves the largest batch of the epoch",
+        "streambuf/_worker.py",
+        "                estimate = max(max(recent), 1)",
+        "                estimate = max(estimate, size, 1)",
+        "tests/test_loader_budget.py::"
+        "test_one_large_batch_does_not_shrink_the_depth_for_the_rest_of_the_epoch",
+    ),
+    _m(
+        "lanes: reservations follow the largest item of the run",
+        "streambuf/_lanes.py",
+        "            self._older, self._newer, self._seen = self._newer, -1, 0",
+        "            self._seen = 0",
+        "tests/test_prefetch.py::test_one_large_item_does_not_hold_the_threads_back_for_good",
+    ),
+    _m(
+        "loader: an iteration left early waits for its busy workers",
+        "streambuf/loader.py",
+        "            early = not finished and not self.persistent_workers",
+        "            early = False",
+        "tests/test_loader.py::test_a_stage_error_reaches_the_loop_without_waiting_for_busy_workers",
+        "tests/test_loader.py::test_a_break_returns_without_waiting_for_busy_workers",
+    ),
+]
