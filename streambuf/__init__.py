@@ -15,7 +15,7 @@ from ._counters import PipelineStats, ThreadStats
 from ._meter import StageStats
 from .budget import BudgetStats, CreditBudget
 from .buffer import BoundedBuffer, BufferStats, ShardedBuffer
-from .checkpointing import DistributedState
+from .checkpointing import DistributedState, check_ranks
 from .compose import Stage, StageState
 from .depth import DepthTuner, TunerDecision
 from .device import DevicePrefetcher
@@ -75,6 +75,7 @@ __all__ = [
     "Window",
     "WorkerContext",
     "WorkerError",
+    "check_ranks",
     "log_every",
     "mix",
     "mix_stats",

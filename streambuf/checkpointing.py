@@ -27,12 +27,65 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .loader import Loader
 
-__all__ = ["DistributedState"]
+__all__ = ["DistributedState", "check_ranks"]
 
 KEY = "streambuf_states"
 
 
-def _gather(state: dict[str, Any], group: Any) -> list[dict[str, Any]]:
+def _agreement(loader: Loader) -> dict[str, Any]:
+    """What every rank's loader must agree on for the ranks' shares to cover the data
+    once: the seed, the shard list (its names and order, digested) and stages, the
+    worker count and delivery mode."""
+    from ._state import fingerprint
+
+    pipe = loader.pipeline
+    return {
+        "seed": pipe.seed,
+        "shards and stages": fingerprint(pipe),
+        "num_workers": loader.num_workers,
+        "in_order": loader.in_order,
+    }
+
+
+def _disagreement(agreements: list[dict[str, Any]]) -> str | None:
+    """The fields on which the ranks' agreements differ, by rank, or None."""
+    head = agreements[0]
+    lines = []
+    for key in head:
+        values = [a.get(key) for a in agreements]
+        if any(v != values[0] for v in values):
+            by_rank = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+            lines.append(f"{key} ({by_rank})")
+    if not lines:
+        return None
+    return (
+        "the ranks' loaders disagree on " + "; ".join(lines) + ": each rank computes its "
+        "share of the shards from its own values, so samples are lost and repeated (and "
+        "ranks may run different batch counts); give every rank the same seed, the same "
+        "shard list in the same order (sort a listing; list it once and share it) and the "
+        "same num_workers (num_workers='auto' follows each rank's CPU affinity: pin a number)"
+    )
+
+
+def check_ranks(loader: Loader, *, group: Any = None) -> None:
+    """Raise ``ValueError`` on every rank if the ranks' loaders disagree on what splits
+    the data between them (seed, shard list and order, stages, ``num_workers``,
+    ``in_order``): such ranks lose and repeat samples without any other sign. A collective
+    over ``group`` (every rank calls it: once, after building the loader, before the
+    first epoch); without a process group it does nothing. ``DistributedState`` checks
+    the same at every save."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, _agreement(loader), group=group)
+    problem = _disagreement(out)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _gather(state: dict[str, Any], group: Any, agreement: dict[str, Any]) -> list[dict[str, Any]]:
     """Every rank's ``state`` (this one alone without a process group), one per data
     rank: ranks that hold the same data rank (tensor or pipeline parallelism within a
     data-parallel replica) gave the same state; the first of each is kept."""
@@ -43,9 +96,12 @@ def _gather(state: dict[str, Any], group: Any) -> list[dict[str, Any]]:
     if dist.get_world_size(group) == 1:
         return [state]
     out: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, state, group=group)
+    dist.all_gather_object(out, (state, agreement), group=group)
+    problem = _disagreement([a for _, a in out])
+    if problem is not None:
+        raise ValueError(problem)
     seen: dict[Any, dict[str, Any]] = {}
-    for s in out:  # (their pending lists may differ with thread timing: either is exact)
+    for s, _ in out:  # (their pending lists may differ with thread timing: either is exact)
         layout = s.get("layout") if isinstance(s, dict) else None
         seen.setdefault(layout.get("rank") if isinstance(layout, dict) else id(s), s)
     return list(seen.values())
@@ -77,7 +133,7 @@ class DistributedState:
         calls it (``dcp.save``/``dcp.load`` do; called on one rank alone, it waits for
         the others forever, as any collective does). With NCCL, set the CUDA device first
         (``all_gather_object``'s rule)."""
-        states = _gather(self.loader.state_dict(), self.group)
+        states = _gather(self.loader.state_dict(), self.group, _agreement(self.loader))
         return {KEY: json.dumps(states, separators=(",", ":"))}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

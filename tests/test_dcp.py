@@ -30,8 +30,58 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-MODES = ("save", "load", "naive-save", "naive-load", "dup")  # run in this order
-PATHS = {"save": "ckpt", "load": "ckpt", "naive-save": "naive", "naive-load": "naive", "dup": "dup"}
+MODES = ("save", "load", "naive-save", "naive-load", "dup", "disagree")  # in this order
+PATHS = {
+    "save": "ckpt",
+    "load": "ckpt",
+    "naive-save": "naive",
+    "naive-load": "naive",
+    "dup": "dup",
+    "disagree": "-",
+}
+
+
+def _two(shard: str) -> Any:
+    """Two samples of a shard (``expand``: the items are shard names)."""
+    yield f"{shard}/0"
+    yield f"{shard}/1"
+
+
+def _disagree() -> tuple[list, list | None]:
+    """Ranks whose loaders agree pass ``check_ranks``; a seed, a shard order or a worker
+    count that differs on rank 1 is refused on every rank, by ``check_ranks`` and by
+    ``DistributedState``'s save (each rank split the data by its own values: samples
+    lost and repeated, without any other sign)."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    names = [f"shard-{k}.tar" for k in range(6)]
+
+    def loader(seed: int = 0, order=names, workers: int = 0) -> sb.Loader:
+        pipe = sb.Pipeline(list(order), expand=_two, shuffle_shards=True, seed=seed)
+        pipe = pipe.batch(2, collate=list)
+        return sb.Loader(pipe, num_workers=workers, max_batches=2, max_bytes="1MiB")
+
+    seen = []
+    sb.check_ranks(loader())
+    seen.append("agree")
+    for what, kw in (
+        ("seed", {"seed": rank}),
+        ("shards and stages", {"order": names[::-1] if rank else names}),
+        ("num_workers", {"workers": rank}),
+    ):
+        try:
+            sb.check_ranks(loader(**kw))
+            seen.append(f"{what}: passed")
+        except ValueError as exc:
+            seen.append(f"{what}: {exc}")
+    differing = loader(seed=rank)
+    try:
+        sb.DistributedState(differing).state_dict()
+        seen.append("save: passed")
+    except ValueError as exc:
+        seen.append(f"save: {exc}")
+    return seen, None
 
 
 def _mode(mode: str, path: str) -> tuple[list, list | None]:
@@ -45,6 +95,8 @@ def _mode(mode: str, path: str) -> tuple[list, list | None]:
         text = sb.DistributedState(same).state_dict()["streambuf_states"]
         del it
         return [len(json.loads(text))], None
+    if mode == "disagree":
+        return _disagree()
     if mode == "naive-save":  # the loader itself under one key: per-rank values
         for i, _ in enumerate(loader):
             if i == STOP - 1:
@@ -252,3 +304,12 @@ def test_the_digest_form_is_the_element_by_element_one() -> None:
         assert _canonical(state) == _canonical_reference(state), state
     pending = [[7, 1, [1024, 2048]], [3, 0, (0, 1024)], [Level.HIGH, 2, [0, 1]]]
     assert _canonical(pending) == _canonical_reference(pending)
+
+
+def test_ranks_that_split_the_data_differently_are_refused(runs: dict[str, Any]) -> None:
+    for rank, seen, _ in _results(runs, "disagree"):
+        assert seen[0] == "agree", (rank, seen)
+        assert "disagree on seed (rank 0: 0, rank 1: 1)" in seen[1], (rank, seen)
+        assert "disagree on shards and stages" in seen[2], (rank, seen)
+        assert "disagree on num_workers (rank 0: 0, rank 1: 1)" in seen[3], (rank, seen)
+        assert "lost and repeated" in seen[4] and "pin a number" in seen[4], (rank, seen)

@@ -89,7 +89,7 @@ def test_a_batch_larger_than_its_reservation_waits_for_room(in_order):
         max_bytes="256KiB",
         in_order=in_order,
         adaptive=False,
-        timeout_s=60,
+        timeout_s=20,  # (a batch waiting on credits it holds itself: stuck, named)
     )
     n = 0
     for _ in loader:

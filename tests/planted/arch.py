@@ -40,7 +40,7 @@ MUTANTS = [
     _m(
         "stage: the fingerprint leaves out the stage's configuration",
         "streambuf/compose.py",
-        "        cfg = json.dumps(self.config(), sort_keys=True, default=repr)\n",
+        "        cfg = json.dumps(self.config(), sort_keys=True, default=_stable)\n",
         "        cfg = ''\n",
         f"{STAGE}::test_a_state_of_another_stage_configuration_does_not_load",
     ),

@@ -49,11 +49,12 @@ MUTANTS = [
         "tests/test_budget.py",
     ),
     m(
-        "Loader under-reserves the batch being built",
+        "Loader: a batch larger than its reservation keeps it while it reserves again",
         "streambuf/_worker.py",
-        "estimate = max(size, 1) if first else max(estimate, size)",
-        "estimate = 1",
-        "tests/test_loader_budget.py",
+        "                    budget.cancel(worker, estimate, generation=gen)\n"
+        "                    if not budget.reserve(worker, size, generation=gen):",
+        "                    if not budget.reserve(worker, size, generation=gen):",
+        "tests/test_loader_budget.py::test_a_batch_larger_than_its_reservation_waits_for_room",
     ),
     m(
         "stage share is half of max_bytes instead of a quarter",
