@@ -142,6 +142,21 @@ class Arena:
         """The batch in ``slot`` is complete: it now belongs to its way to the main process."""
         self._unsent.discard(slot)
 
+    def discard(self, batch: Any) -> None:
+        """A worker drops a batch it built and will not send (its iteration was
+        abandoned while it waited for credits): free the slots its tensors live in."""
+        stack = [batch]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, torch.Tensor):
+                at = self.contains(x.data_ptr())
+                if at is not None:
+                    self._state[at // self.slot_bytes] = 0
+            elif isinstance(x, dict):
+                stack.extend(x.values())
+            elif isinstance(x, list | tuple):
+                stack.extend(x)
+
     def release_unsent(self) -> None:
         """A worker ending an iteration frees the slots of batches it never finished."""
         for slot in self._unsent:

@@ -86,10 +86,6 @@ ITEMS_PER_THREAD = 2
 # long, plus the next item's read).
 FLUSH_S = 0.01
 
-# ``LaneRunner.largest`` looks back this many items (to twice as many): reservations and
-# the byte room follow the sizes of late, so one outlier costs a few dozen items' depth
-RECENT_ITEMS = 32
-
 # A work iterator yields AGAIN when it has no item now (its stage paused the lanes, or
 # its next item may wait: a shard's end, before the next one's open): the lane hands
 # over the chunk it holds, gives its reservation back and asks its gate again (it parks
@@ -194,10 +190,7 @@ class LaneRunner(Generic[T]):
         self._sealed = False  # no lane starts any more (its unstarted lanes are finished)
         self._started = False
         self._closed = False
-        # bytes of the largest recent item (all lanes; -1 before the first): the largest
-        # of the last RECENT_ITEMS to 2 x RECENT_ITEMS items, kept in two buckets
-        self._largest = self._older = largest
-        self._newer, self._seen = -1, 0
+        self._largest = largest  # bytes of the largest item made so far (all lanes)
         self._chunk = max(1, int(chunk))
         if self._chunk > 1 and (numbered or not hasattr(window, "commit_many")):
             raise ValueError(f"{name}: chunks need a Window that is not in sequence order")
@@ -209,23 +202,8 @@ class LaneRunner(Generic[T]):
 
     @property
     def largest(self) -> int:
-        """Bytes of the largest item any lane made lately (-1 before the first): the
-        largest of the last ``RECENT_ITEMS`` to twice that many. Each reservation and the
-        tuner's byte room are taken at it; an item larger than its reservation waits for
-        room at its real size (``Window.commit``), so a recent maximum is safe, and one
-        large item does not hold the lanes to a few threads for the rest of the epoch
-        (one 4 MiB item among 1 KiB ones made 8 threads run one at a time: 0.58 -> 4.2 s)."""
+        """Bytes of the largest item any lane has made (-1 before the first)."""
         return self._largest
-
-    def _saw(self, size: int) -> None:
-        """Count an item of ``size`` bytes into ``largest`` (lanes race here: an
-        estimate, a late update only makes one reservation wait at its real size)."""
-        if size > self._newer:
-            self._newer = size
-        self._seen += 1
-        if self._seen >= RECENT_ITEMS:
-            self._older, self._newer, self._seen = self._newer, -1, 0
-        self._largest = max(self._older, self._newer)
 
     def _step(self, lane: int, it: Iterator[Any]) -> bool:
         """Make lane ``lane``'s next item and commit it; False when the lane ended (its
@@ -251,7 +229,8 @@ class LaneRunner(Generic[T]):
             except BaseException:  # give the room back
                 win.release(lane)
                 raise
-            self._saw(size)  # before commit, which may wait: others learn now
+            if size > self._largest:  # before commit, which may wait: others learn now
+                self._largest = size
             win.commit(lane, item, size, seq=seq)
             return True
 
@@ -283,7 +262,8 @@ class LaneRunner(Generic[T]):
                     if made is AGAIN:
                         break
                     size = check_size(self._sizeof(made))
-                    self._saw(size)
+                    if size > self._largest:
+                        self._largest = size
                     sizes.append(size)  # (before the item: ``Window.hold``)
                     items.append(made)
                     if size > estimate or time.perf_counter() - t0 > FLUSH_S:

@@ -166,7 +166,7 @@ def run_state(
     before: Progress | None,
 ) -> dict[str, Any]:
     """The state dict of one rank (see the module docstring)."""
-    refused = pipe._src.state_refusal() or stateful_then_reordered(pipe._stages)
+    refused = pipe._src.state_refusal()
     if refused is not None:
         raise ValueError(refused)
     complete = all(
@@ -370,9 +370,18 @@ def check_loadable(pipe: PipelineView, state: Any) -> dict[str, Any]:
             f"load_state_dict() got the states of ranks {ranks} of a world of "
             f"{head['layout']['world_size']}: pass all of them (one per old rank)"
         )
+    complete = all(s["complete"] for s in states) if len(states) > 1 else head["complete"]
+    unresumable = stateful_then_reordered(pipe._stages)
+    if unresumable is not None and not complete:
+        # (refused here, not when saved: a StatefulDataLoader or a node takes a state at
+        # every batch or item, and iterating such a pipeline is fine)
+        raise ValueError(
+            f"{unresumable}; this state was saved mid-epoch and would resume the stage "
+            "wrong (a state saved at an epoch's end loads: the stage starts afresh)"
+        )
     return {
         "epoch": head["epoch"],
-        "complete": all(s["complete"] for s in states) if len(states) > 1 else head["complete"],
+        "complete": complete,
         "states": states,
         "remap": remap(head["names"], head["shards"], pipe),
     }

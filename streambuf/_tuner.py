@@ -237,14 +237,17 @@ class ThreadTuner:
         self._dir = "up"
         return self._set(new)
 
+    def _below(self, count: int) -> int:
+        """The count a step down from ``count`` measures: the power of two below it (half
+        of one; from a count a step capped by the limit reached, e.g. 21 from 16, the
+        count that step began at, so a check from there measures it again: from 21 a
+        halving measured 10, never 16, and a count the noise once took up to the limit
+        stayed there)."""
+        new = max(self.least, 1 << (count.bit_length() - 1) if count > 1 else 0)
+        return new if new < count else max(self.least, count // 2)
+
     def _down(self) -> int | None:
-        # to the power of two below: half of one, and from a count a step capped by the
-        # limit reached (21 from 16) the count that step began at, so a re-check from
-        # there measures it again (from 21 a halving measured 10, never 16: a count the
-        # noise once took up to the limit stayed there)
-        new = max(self.least, 1 << (self.count.bit_length() - 1) if self.count > 1 else 0)
-        if new == self.count:
-            new = max(self.least, self.count // 2)
+        new = self._below(self.count)
         if new >= self.count or new in self._rates:
             return None
         self._dir = "down"
@@ -309,7 +312,7 @@ class ThreadTuner:
             if self._climbed:
                 return self._choose()
             # the first step up did not pay: try fewer threads than where the check began
-            new = max(self.least, self._from // 2)
+            new = self._below(self._from)
             if new < self._from and new not in self._rates:
                 self._dir = "down"
                 return self._set(new)

@@ -254,10 +254,14 @@ class Feed(IterableDataset[Any]):
         estimate = budget.slice_bytes(worker)  # first batch: its whole slice (size unknown)
         first = True
         recent: deque[int] = deque(maxlen=RECENT_BATCHES)  # the last batches' sizes
-        it = self.pipeline._iterate(
-            ctx, stage_bytes=self.stage_bytes, resume=resume, progress=progress
-        )
-        batches = iter(it)
+        try:  # (a plan this worker cannot run, e.g. equalize's: streambuf's error path)
+            it = self.pipeline._iterate(
+                ctx, stage_bytes=self.stage_bytes, resume=resume, progress=progress
+            )
+            batches = iter(it)
+        except Exception as exc:
+            yield Failure.of(exc, worker=worker)
+            return
         try:
             while True:
                 if not budget.reserve(worker, estimate, generation=gen):
@@ -278,7 +282,9 @@ class Feed(IterableDataset[Any]):
                 size = nbytes(batch)
                 if size > estimate:  # reserved again at its real size: it fits, or alone
                     budget.cancel(worker, estimate, generation=gen)
-                    if not budget.reserve(worker, size, generation=gen):
+                    if not budget.reserve(worker, size, generation=gen, first=True):
+                        if self.arena is not None and self.arena.usable:
+                            self.arena.discard(batch)  # abandoned: never sent
                         return
                     budget.adjust(worker, 0, batch_bytes=size, overshoot=True, generation=gen)
                 else:

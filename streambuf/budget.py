@@ -63,8 +63,9 @@ _F = 9
     _G_PEAK_HELD_B,
     _G_USED_N,
     _G_PEAK_N,
-) = range(9)
-_G = 9
+    _G_FIRST,
+) = range(10)
+_G = 10
 
 
 @dataclass(frozen=True)
@@ -221,31 +222,47 @@ class CreditBudget:
         generation: int,
         timeout_s: float | None = None,
         poll_s: float = 1.0,
+        first: bool = False,
     ) -> bool:
         """Block until ``worker`` may hold one more batch of ``nbytes``; take the credits.
 
         Returns False (nothing taken) if the main process moved to a newer generation, or
         when ``timeout_s`` passed without room (0: do not wait). ``poll_s`` only bounds
         how long a wait lasts between re-checks; wake-ups come from ``release`` through
-        the worker's doorbell semaphore.
+        the worker's doorbell semaphore. ``first`` (a batch already built, reserved again
+        at its real size): when pooled, no other worker reserves while it waits (one
+        such waiter at a time), so the room it needs gathers as batches are released;
+        else the others, reserving at their smaller estimates as each batch is released,
+        could keep it waiting until their shares ended.
         """
         t0 = time.monotonic()
         deadline = None if timeout_s is None else t0 + timeout_s
-        while True:
-            with self._lock:
-                if self._g[_G_GEN] != generation:
-                    return False
-                if self._fits(worker, nbytes):
-                    o = worker * _F
-                    self._add(worker, nbytes, 1)
-                    self._w[o + _WAIT_US] += int((time.monotonic() - t0) * 1e6)
-                    return True
-            wait = poll_s
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    return False
-            self._bells[worker].acquire(timeout=wait)
+        me = worker + 1
+        try:
+            while True:
+                with self._lock:
+                    if self._g[_G_GEN] != generation:
+                        return False
+                    if first and self.pooled and self._g[_G_FIRST] == 0:
+                        self._g[_G_FIRST] = me
+                    ahead = self.pooled and self._g[_G_FIRST] not in (0, me)
+                    if not ahead and self._fits(worker, nbytes):
+                        o = worker * _F
+                        self._add(worker, nbytes, 1)
+                        self._w[o + _WAIT_US] += int((time.monotonic() - t0) * 1e6)
+                        return True
+                wait = poll_s
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        return False
+                self._bells[worker].acquire(timeout=wait)
+        finally:
+            if first and self.pooled:
+                with self._lock:
+                    if self._g[_G_FIRST] == me:
+                        self._g[_G_FIRST] = 0
+                        self._ring()  # the others may reserve again
 
     def adjust(
         self,
@@ -331,6 +348,7 @@ class CreditBudget:
             self._g[_G_USED_B] = 0
             self._g[_G_USED_N] = 0
             self._g[_G_HELD_B] = 0
+            self._g[_G_FIRST] = 0
             self._ring()
             return int(self._g[_G_GEN])
 

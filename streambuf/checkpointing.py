@@ -33,17 +33,21 @@ KEY = "streambuf_states"
 
 
 def _agreement(loader: Loader) -> dict[str, Any]:
-    """What every rank's loader must agree on for the ranks' shares to cover the data
-    once: the seed, the shard list (its names and order, digested) and stages, the
-    worker count and delivery mode."""
+    """What decides each rank's share, which every rank must agree on for the shares to
+    cover the data once: the shard list (count, and names and order where the shards
+    are named), the seed where it orders the shards (``shuffle_shards``), ``equalize``
+    and its counts, and ``num_workers`` (the slots). Not the stages, the seed of a
+    pipeline that does not shuffle its shards, nor ``in_order``: a rank may configure
+    those for itself (a device, a per-rank augmentation seed) without moving a sample."""
     from ._state import fingerprint
 
     pipe = loader.pipeline
+    sharding = pipe._sharding
     return {
-        "seed": pipe.seed,
-        "shards and stages": fingerprint(pipe),
+        "shard list": fingerprint(pipe).split("|", 1)[0],
+        "seed (shuffle_shards)": pipe.seed if sharding.shuffle_shards else None,
+        "equalize": [sharding.equalize, sharding.samples_per_shard],
         "num_workers": loader.num_workers,
-        "in_order": loader.in_order,
     }
 
 
@@ -61,19 +65,21 @@ def _disagreement(agreements: list[dict[str, Any]]) -> str | None:
     return (
         "the ranks' loaders disagree on " + "; ".join(lines) + ": each rank computes its "
         "share of the shards from its own values, so samples are lost and repeated (and "
-        "ranks may run different batch counts); give every rank the same seed, the same "
-        "shard list in the same order (sort a listing; list it once and share it) and the "
-        "same num_workers (num_workers='auto' follows each rank's CPU affinity: pin a number)"
+        "ranks may run different batch counts); give every rank the same shard list in the "
+        "same order (sort a listing; list it once and share it), the same seed when "
+        "shuffle_shards=True, the same equalize and the same num_workers "
+        "(num_workers='auto' follows each rank's CPU affinity: pin a number)"
     )
 
 
 def check_ranks(loader: Loader, *, group: Any = None) -> None:
     """Raise ``ValueError`` on every rank if the ranks' loaders disagree on what splits
-    the data between them (seed, shard list and order, stages, ``num_workers``,
-    ``in_order``): such ranks lose and repeat samples without any other sign. A collective
-    over ``group`` (every rank calls it: once, after building the loader, before the
-    first epoch); without a process group it does nothing. ``DistributedState`` checks
-    the same at every save."""
+    the data between them (the shard list and its order, the seed of a shard shuffle,
+    ``equalize``, ``num_workers``): such ranks lose and repeat samples without any other
+    sign. A collective over ``group`` (every rank calls it: once, after building the
+    loader, before the first epoch; with NCCL, set the CUDA device first, as for any
+    ``all_gather_object``); without a process group it does nothing. ``DistributedState``
+    checks the same at every save."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):

@@ -20,7 +20,8 @@ yields outputs. The pipeline keeps the books that make it exact on resume:
   deliver its outputs out of order (``.shuffle()``, ``map(ordered=False)`` with
   threads): the outputs delivered after an undelivered one would not be given again and
   their part of the value would be lost; the pipeline warns when built and
-  ``state_dict()`` refuses, naming both stages (put the shuffle before the stage). The
+  ``load_state_dict()`` refuses a state saved mid-epoch, naming both stages (put the
+  shuffle before the stage). The
   value is checked to be JSON data at every snapshot (a ``TypeError`` naming the stage
   at the first batch, not at a save).
 * **Randomness.** ``state.seed`` is a seed of (pipeline seed, epoch, rank, worker,

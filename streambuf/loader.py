@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -66,6 +67,11 @@ from .sizing import nbytes
 from .stats import LoaderStats, StatsLog
 
 __all__ = ["Loader", "LoaderStats"]
+
+# left early without persistent workers: how long torch's shutdown may wait before the
+# workers still inside an item are killed, and the most it then waits for itself
+EARLY_GRACE_S = 0.5
+SHUTDOWN_JOIN_S = 30.0
 
 
 _CONTEXTS = (None, "fork", "spawn", "forkserver")
@@ -374,12 +380,7 @@ class Loader:
             failed = True
             raise
         finally:
-            # left early (a stage's error, an error in the loop, a break) without
-            # persistent workers: they are ended at once, as after a worker's failure;
-            # torch's shutdown waits 5 s for each one still inside an item (a stage error
-            # reached the loop 15 s late with three workers in a long read)
-            early = not finished and not self.persistent_workers
-            self._end_iteration(failed=failed or early)
+            self._end_iteration(failed=failed, early=not finished)
 
     # -- checkpoints ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -423,11 +424,15 @@ class Loader:
         """
         self._tracker.load(state)
 
-    def _end_iteration(self, *, failed: bool) -> None:
+    def _end_iteration(self, *, failed: bool, early: bool = False) -> None:
         """Wake workers waiting for credits, then shut them down (or keep them, when
-        persistent). After a worker failure, or an iteration left early without
-        persistent workers: kill them all and drop this DataLoader (a killed worker may
-        hold the budget's lock: the next iteration builds a new one)."""
+        persistent). After a worker failure: kill them all and drop this DataLoader (a
+        killed worker may hold the budget's lock: the next iteration builds a new one).
+        Left early (a stage's error, an error in the loop, a break) without persistent
+        workers: torch's shutdown runs, and the workers still inside an item after
+        ``EARLY_GRACE_S`` are killed (it waits 5 s for each: a stage's error reached the
+        loop 15 s late with three workers in a long read). Its first step stops the
+        pin-memory thread, so no worker is killed while that thread reads from it."""
         sup, self._supervisor = self._supervisor, None
         if sup is not None:
             sup.stop()
@@ -436,7 +441,17 @@ class Loader:
             kill_workers(dl_iter)
         elif self._budget is not None:
             self._budget.new_generation()
-        if failed or not self.persistent_workers:
+        if early and not failed and not self.persistent_workers and dl_iter is not None:
+            ending = threading.Thread(
+                target=self._shutdown, args=(dl_iter,), name="streambuf-shutdown", daemon=True
+            )
+            ending.start()
+            ending.join(EARLY_GRACE_S)
+            if ending.is_alive():
+                kill_workers(dl_iter)
+                failed = True
+            ending.join(SHUTDOWN_JOIN_S)
+        elif failed or not self.persistent_workers:
             self._shutdown(dl_iter)
         if failed:
             self._dl = None  # a fresh DataLoader and budget next time

@@ -157,8 +157,11 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
         stages = (*self._stages, stage)
         if stage.reorders and stateful_then_reordered(self._stages) is None:
             unsaveable = stateful_then_reordered(stages)
-            if unsaveable is not None:  # iterating is fine; state_dict() will refuse
-                warnings.warn(f"{unsaveable} (state_dict() refuses it)", stacklevel=3)
+            if unsaveable is not None:  # iterating is fine; a mid-epoch resume is not
+                warnings.warn(
+                    f"{unsaveable} (load_state_dict() refuses a state saved mid-epoch)",
+                    stacklevel=3,
+                )
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(self.__dict__)
         new._stages = stages

@@ -197,16 +197,33 @@ def equal_batch_counts(
         ValueError: "pad" with a rank that has no samples at all (nothing to repeat).
     """
     slots = world_size * num_workers
-    per_slot, whole = [], []
+    per_slot, whole, samples = [], [], []
     for s in range(slots):
         a = assign(len(sizes), order, s, slots)
         n = a.count(sizes, progress)
+        samples.append(n)
         per_slot.append(n // batch_size if drop_last else math.ceil(n / batch_size))
         full = n if progress is None else a.count(sizes, None)
         whole.append(full // batch_size if drop_last else math.ceil(full / batch_size))
     counts = [per_slot[r * num_workers : (r + 1) * num_workers] for r in range(world_size)]
     totals = [sum(c) for c in counts]
     target = min(totals) if mode == "drop" else max(totals)
+    if mode == "drop" and target == 0 and progress is None and any(totals):
+        empty = totals.index(0)
+        raise ValueError(
+            f"equalize='drop': rank {empty} has no batch, so every rank would get none and "
+            f"the whole epoch would be dropped ({sum(sizes)} samples for {world_size} ranks "
+            f"x {num_workers} workers, batch_size={batch_size}"
+            f"{', drop_last=True' if drop_last else ''}); "
+            + (
+                "use equalize='pad', fewer ranks or workers, or more data"
+                if all(
+                    sum(samples[r * num_workers : (r + 1) * num_workers]) for r in range(world_size)
+                )
+                else "use fewer ranks or workers, or more data (equalize='pad' needs a "
+                "sample on every rank to repeat)"
+            )
+        )
     for r, row in enumerate(counts):
         diff = target - totals[r]
         if diff < 0:  # trim from the workers with most batches, lowest id first
@@ -221,8 +238,8 @@ def equal_batch_counts(
                 raise ValueError(
                     f"equalize='pad': rank {r} has no samples to repeat ({sum(sizes)} samples "
                     f"for {world_size} ranks x {num_workers} workers, batch_size={batch_size}"
-                    f"{', drop_last=True' if drop_last else ''}); use equalize='drop' or more "
-                    "data"
+                    f"{', drop_last=True' if drop_last else ''}); use fewer ranks or workers, "
+                    "or more data (equalize='drop' would give every rank no batch)"
                 )
             for k in range(diff):  # spread pads round-robin over workers that have data
                 row[able[k % len(able)]] += 1

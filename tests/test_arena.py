@@ -160,3 +160,22 @@ def test_worker_killed_mid_batch_leaves_no_shared_memory_behind():
     time.sleep(0.5)
     leaked = [n for n in _shm_names() - before if "streambuf" in n or n.startswith("torch_")]
     assert not leaked, leaked
+
+
+def test_a_built_batch_that_is_not_sent_gives_its_slot_back():
+    """A worker whose iteration was abandoned while its built batch waited for credits
+    drops the batch: ``Arena.discard`` frees the slot its tensors live in (it stayed
+    taken for good with persistent workers, which never reclaim)."""
+    import multiprocessing as mp
+
+    from streambuf._arena import Arena
+
+    arena = Arena(num_workers=1, slots_per_worker=2, slot_bytes=1 << 16, ctx=mp.get_context("fork"))
+    slot = arena.allocate(0, 4096)
+    assert slot is not None
+    rows = arena.tensor(slot, 0, torch.float32, (4, 8))
+    arena.produced(slot)  # complete: on its way to the main process
+    arena.release_unsent()
+    assert arena.in_use() == 1  # a produced batch is not "unsent"
+    arena.discard({"x": rows, "meta": ["a", 1], "other": torch.zeros(3)})
+    assert arena.in_use() == 0

@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 )
 
 from streambuf import CreditBudget
+from streambuf.budget import _G_FIRST
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -360,3 +361,32 @@ def test_main_side_never_hangs_on_a_lock_held_by_a_dead_worker():
     with pytest.raises(WorkerError, match="credit lock"):
         budget.release(0, 10)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_batch_reserved_again_at_its_size_is_served_first_when_pooled():
+    """Pooled: a worker whose built batch outgrew its estimate reserves again at its real
+    size (``first=True``); while it waits no other worker reserves, so the room it needs
+    gathers as batches are released (else the others, reserving at their small estimates
+    as each batch left, kept it waiting until their shares ended)."""
+    b = CreditBudget(num_workers=2, max_bytes=1000, max_batches=8, pooled=True, ctx=FORK)
+    gen = b.new_generation()
+    for _ in range(3):
+        assert b.reserve(1, 200, generation=gen, timeout_s=0)
+        b.adjust(1, 0, batch_bytes=200, generation=gen)
+    got: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(b.reserve(0, 700, generation=gen, first=True, timeout_s=20))
+    )
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while b._g[_G_FIRST] == 0 and time.monotonic() < deadline:  # (it is waiting)
+        time.sleep(0.01)
+    # 600 + 100 would fit, but the waiting batch goes first
+    assert b.reserve(1, 100, generation=gen, timeout_s=0) is False
+    b.release(1, 200)
+    b.release(1, 200)  # 200 held: 700 fits now
+    waiter.join(10)
+    assert got == [True]
+    assert b.reserve(1, 100, generation=gen, timeout_s=0) is True  # and the others go on
+    s = b.stats()
+    assert s.in_flight_bytes == 200 + 700 + 100 <= 1000

@@ -64,10 +64,14 @@ def _disagree() -> tuple[list, list | None]:
 
     seen = []
     sb.check_ranks(loader())
+    # what a rank may set for itself: a stage's config, an unshuffled pipeline's seed
+    own = sb.Pipeline(names, expand=_two, seed=rank).map(repr if rank else str)
+    own = own.batch(2, collate=list)
+    sb.check_ranks(sb.Loader(own, num_workers=0, max_batches=2, max_bytes="1MiB"))
     seen.append("agree")
     for what, kw in (
         ("seed", {"seed": rank}),
-        ("shards and stages", {"order": names[::-1] if rank else names}),
+        ("shard list", {"order": names[::-1] if rank else names}),
         ("num_workers", {"workers": rank}),
     ):
         try:
@@ -309,7 +313,7 @@ def test_the_digest_form_is_the_element_by_element_one() -> None:
 def test_ranks_that_split_the_data_differently_are_refused(runs: dict[str, Any]) -> None:
     for rank, seen, _ in _results(runs, "disagree"):
         assert seen[0] == "agree", (rank, seen)
-        assert "disagree on seed (rank 0: 0, rank 1: 1)" in seen[1], (rank, seen)
-        assert "disagree on shards and stages" in seen[2], (rank, seen)
+        assert "disagree on seed (shuffle_shards) (rank 0: 0, rank 1: 1)" in seen[1], (rank, seen)
+        assert "disagree on shard list" in seen[2], (rank, seen)
         assert "disagree on num_workers (rank 0: 0, rank 1: 1)" in seen[3], (rank, seen)
         assert "lost and repeated" in seen[4] and "pin a number" in seen[4], (rank, seen)

@@ -274,3 +274,21 @@ def test_a_break_returns_without_waiting_for_busy_workers(tmp_path):
     flag.unlink()
     assert sorted(x for b in loader for x in b.tolist()) == list(range(40))
     assert loader.stats().budget.in_flight_bytes == 0
+
+
+def test_a_plan_a_worker_cannot_run_comes_through_streambufs_error_path():
+    """An error building a worker's iteration (here equalize='pad' with a rank that has
+    no sample to repeat) keeps its type and message and gets the worker's note, like an
+    error in a stage (it came as torch's "Caught ValueError in DataLoader worker process
+    0" wrapper, the worker's traceback inside the message)."""
+    loader = Loader(
+        make_pipe(1, equalize="pad", rank=2, world=3),
+        num_workers=2,
+        max_batches=2,
+        max_bytes="1MiB",
+        timeout_s=60,
+    )
+    with pytest.raises(ValueError, match=r"^equalize='pad': rank \d has no samples") as info:
+        list(loader)
+    assert "Caught ValueError" not in str(info.value)
+    assert any("DataLoader worker" in n for n in getattr(info.value, "__notes__", []))

@@ -271,25 +271,3 @@ def test_a_threaded_map_holds_two_items_a_thread_while_the_consumer_works(thread
     assert default == _pulled_while_the_consumer_waits(threads, 2 * threads)
     assert default == _pulled_while_the_consumer_waits(threads, threads) + threads
     assert wait_for_threads(timeout_s=5.0) == []
-
-
-def test_one_large_item_does_not_hold_the_threads_back_for_good():
-    """Reservations and the byte room follow the sizes of late (``LaneRunner.largest``:
-    the last ``RECENT_ITEMS`` to twice that many), not the largest of the run: one item
-    larger than the room held every later reservation to one thread's worth (8 threads ran
-    one item at a time for the rest of the epoch: 0.58 -> 4.2 s)."""
-    from streambuf._lanes import RECENT_ITEMS
-
-    sizes = [1 << 10] * 5 + [4 << 20] + [1 << 10] * (3 * RECENT_ITEMS)
-    pf = ThreadPrefetcher(
-        iter(range(len(sizes))),
-        max_items=16,
-        max_bytes="2MiB",
-        threads=4,
-        fn=lambda i: bytes(sizes[i]),
-        sizeof=len,
-    )
-    got = list(pf)
-    assert [len(b) for b in got] == sizes
-    assert pf._runner.largest == 1 << 10  # the outlier is behind it
-    assert pf._room() == 16  # the byte room is the count bound again

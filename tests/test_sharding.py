@@ -115,10 +115,13 @@ def test_exactly_once_matrix(n_shards, shuffle, equalize, drop_last):
             make_pipe(n_shards, shuffle=shuffle, equalize=None, drop_last=drop_last), world, w
         )
         pipe = make_pipe(n_shards, shuffle=shuffle, equalize=equalize, drop_last=drop_last)
-        if equalize == "pad" and rank_without_batches(
+        if equalize is not None and rank_without_batches(
             n_shards, sizes, world, w, drop_last, shuffle
         ):
-            with pytest.raises(ValueError, match="no samples to repeat"):
+            # pad: nothing to repeat; drop: every rank would get no batch (it gave every
+            # rank none, silently: the whole epoch dropped)
+            match = "no samples to repeat" if equalize == "pad" else "whole epoch would be dropped"
+            with pytest.raises(ValueError, match=match):
                 slot_batches(pipe, rank=0, world=world, worker=0, workers=w)
             continue
         got = per_slot(pipe, world, w)
@@ -140,10 +143,22 @@ def test_exactly_once_matrix(n_shards, shuffle, equalize, drop_last):
 
 
 def test_equal_batch_counts_pad_needs_data():
-    with pytest.raises(ValueError, match="no samples to repeat"):
+    with pytest.raises(ValueError, match=r"no samples to repeat.*fewer ranks or workers"):
         equal_batch_counts(
             [1], [0], world_size=2, num_workers=1, batch_size=1, drop_last=False, mode="pad"
         )
+
+
+def test_equal_batch_counts_drop_refuses_to_drop_the_whole_epoch():
+    kw = dict(num_workers=1, batch_size=2, drop_last=False, mode="drop")
+    # a rank without a sample: pad cannot help either
+    with pytest.raises(ValueError, match=r"rank 2 has no batch.*fewer ranks.*'pad' needs"):
+        equal_batch_counts([2], [0], world_size=3, **kw)
+    # every rank has a sample, one has no full batch with drop_last: pad can help
+    with pytest.raises(ValueError, match=r"whole epoch would be dropped.*use equalize='pad'"):
+        equal_batch_counts([1, 3], [0, 1], world_size=2, **dict(kw, drop_last=True))
+    # enough data for every rank: counts as before
+    assert equal_batch_counts([2, 2], [0, 1], world_size=2, **kw) == [[1], [1]]
 
 
 def test_equalize_needs_sizes_and_batch():

@@ -1031,3 +1031,15 @@ def test_loader_workers_follow_worker_0_inline(monkeypatch) -> None:  # type: ig
     # running, with no thread
     both = [s for s in seen if s.running == 2 and s.inline == 2 and s.threads == 0]
     assert len(both) >= len(seen) // 2, seen
+
+
+def test_a_check_whose_first_step_up_fails_looks_down_on_the_grid() -> None:
+    # at 21 (a capped step's count) with the byte room grown since: the step up to 42 does
+    # not pay, and the look down measures 16, not 10 (21 // 2): 16 does as much as 21
+    room = [21]
+    c = Clocks()
+    t = tuner(c, room=lambda: room[0])
+    t.adopt(21)
+    room[0] = 64
+    counts = drive(t, c, lambda n: 100.0 * min(n, 16), 3000)
+    assert counts[:2] == [42, 16] and 10 not in counts, (counts, t.history)

@@ -81,10 +81,10 @@ MUTANTS = [
         f"{STAGE}::test_a_flattened_group_settles_all_its_samples",
     ),
     _m(
-        "stage state: a stage owning state before a shuffle saves a state anyway",
+        "stage state: a stage owning state before a shuffle resumes a mid-epoch state anyway",
         "streambuf/_state.py",
-        "    refused = pipe._src.state_refusal() or stateful_then_reordered(pipe._stages)",
-        "    refused = pipe._src.state_refusal()",
+        "    if unresumable is not None and not complete:",
+        "    if False:",
         f"{STAGE}::test_state_after_a_reordering_stage_is_refused_not_resumed_wrong",
     ),
     _m(

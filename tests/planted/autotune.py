@@ -12,7 +12,7 @@ MUTANTS = [
     _m(
         "the controller never shrinks (a GIL-bound function keeps its threads)",
         "streambuf/_tuner.py",
-        "            new = max(self.least, self._from // 2)\n",
+        "            new = self._below(self._from)\n",
         "            new = self._from\n",
         "::test_shrinks_to_one_thread_under_gil_bound_work",
     ),
@@ -378,8 +378,8 @@ MUTANTS += [
     _m(
         "a re-check from a count capped by the byte room halves it (never measures 16 again)",
         "streambuf/_tuner.py",
-        "        new = max(self.least, 1 << (self.count.bit_length() - 1) if self.count > 1 else 0)",
-        "        new = max(self.least, self.count // 2)",
+        "        new = max(self.least, 1 << (count.bit_length() - 1) if count > 1 else 0)",
+        "        new = max(self.least, count // 2)",
         "::test_a_recheck_from_a_capped_count_measures_the_count_below_it",
     ),
     _m(
@@ -395,5 +395,14 @@ MUTANTS += [
         "            fewer = [c for c, r in self._rates.items() if c < count and r >= floor]",
         "            fewer = [c for c, r in self._rates.items() if c < count]",
         "::test_at_the_byte_room_a_count_that_pays_is_kept",
+    ),
+]
+MUTANTS += [
+    _m(
+        "a check whose first step up fails halves the count it began at (21 -> 10)",
+        "streambuf/_tuner.py",
+        "            new = self._below(self._from)",
+        "            new = max(self.least, self._from // 2)",
+        "::test_a_check_whose_first_step_up_fails_looks_down_on_the_grid",
     ),
 ]

@@ -52,8 +52,8 @@ MUTANTS = [
         "Loader: a batch larger than its reservation keeps it while it reserves again",
         "streambuf/_worker.py",
         "                    budget.cancel(worker, estimate, generation=gen)\n"
-        "                    if not budget.reserve(worker, size, generation=gen):",
-        "                    if not budget.reserve(worker, size, generation=gen):",
+        "                    if not budget.reserve(worker, size, generation=gen, first=True):",
+        "                    if not budget.reserve(worker, size, generation=gen, first=True):",
         "tests/test_loader_budget.py::test_a_batch_larger_than_its_reservation_waits_for_room",
     ),
     m(

@@ -291,18 +291,43 @@ MUTANTS += [
         "test_one_large_batch_does_not_shrink_the_depth_for_the_rest_of_the_epoch",
     ),
     _m(
-        "lanes: reservations follow the largest item of the run",
-        "streambuf/_lanes.py",
-        "            self._older, self._newer, self._seen = self._newer, -1, 0",
-        "            self._seen = 0",
-        "tests/test_prefetch.py::test_one_large_item_does_not_hold_the_threads_back_for_good",
-    ),
-    _m(
         "loader: an iteration left early waits for its busy workers",
         "streambuf/loader.py",
-        "            early = not finished and not self.persistent_workers",
-        "            early = False",
+        "        if early and not failed and not self.persistent_workers and dl_iter is not None:",
+        "        if False:",
         "tests/test_loader.py::test_a_stage_error_reaches_the_loop_without_waiting_for_busy_workers",
         "tests/test_loader.py::test_a_break_returns_without_waiting_for_busy_workers",
+    ),
+]
+MUTANTS += [
+    _m(
+        "worker: an error building its iteration escapes streambuf's error path",
+        "streambuf/_worker.py",
+        "            batches = iter(it)\n        except Exception as exc:",
+        "            batches = iter(it)\n        except ZeroDivisionError as exc:",
+        "tests/test_loader.py::test_a_plan_a_worker_cannot_run_comes_through_streambufs_error_path",
+    ),
+    _m(
+        "equalize='drop' with a rank without a batch drops the whole epoch silently",
+        "streambuf/sharding.py",
+        '    if mode == "drop" and target == 0 and progress is None and any(totals):',
+        "    if False:",
+        "tests/test_sharding.py::test_equal_batch_counts_drop_refuses_to_drop_the_whole_epoch",
+    ),
+]
+MUTANTS += [
+    _m(
+        "budget: a batch reserved again at its size waits behind the others (pooled)",
+        "streambuf/budget.py",
+        "                    ahead = self.pooled and self._g[_G_FIRST] not in (0, me)",
+        "                    ahead = False",
+        "tests/test_budget.py::test_a_batch_reserved_again_at_its_size_is_served_first_when_pooled",
+    ),
+    _m(
+        "arena: a built batch that is not sent keeps its slot",
+        "streambuf/_arena.py",
+        "                    self._state[at // self.slot_bytes] = 0",
+        "                    pass",
+        "tests/test_arena.py::test_a_built_batch_that_is_not_sent_gives_its_slot_back",
     ),
 ]
