@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import sys
 import threading
 import time
 import weakref
@@ -441,7 +442,13 @@ class Loader:
             kill_workers(dl_iter)
         elif self._budget is not None:
             self._budget.new_generation()
-        if early and not failed and not self.persistent_workers and dl_iter is not None:
+        if early and not failed and not self.persistent_workers and sys.is_finalizing():
+            # (a loop left by an exception that ends the program: the generator is closed
+            # while the interpreter shuts down, where a new thread never runs: end them)
+            kill_workers(dl_iter)
+            failed = True
+            self._shutdown(dl_iter)
+        elif early and not failed and not self.persistent_workers and dl_iter is not None:
             ending = threading.Thread(
                 target=self._shutdown, args=(dl_iter,), name="streambuf-shutdown", daemon=True
             )

@@ -293,8 +293,8 @@ MUTANTS += [
     _m(
         "loader: an iteration left early waits for its busy workers",
         "streambuf/loader.py",
-        "        if early and not failed and not self.persistent_workers and dl_iter is not None:",
-        "        if False:",
+        "        elif early and not failed and not self.persistent_workers and dl_iter is not None:",
+        "        elif False:",
         "tests/test_loader.py::test_a_stage_error_reaches_the_loop_without_waiting_for_busy_workers",
         "tests/test_loader.py::test_a_break_returns_without_waiting_for_busy_workers",
     ),
@@ -329,5 +329,14 @@ MUTANTS += [
         "                    self._state[at // self.slot_bytes] = 0",
         "                    pass",
         "tests/test_arena.py::test_a_built_batch_that_is_not_sent_gives_its_slot_back",
+    ),
+]
+MUTANTS += [
+    _m(
+        "loader: a loop left as the program ends starts a shutdown thread (it never runs)",
+        "streambuf/loader.py",
+        "        if early and not failed and not self.persistent_workers and sys.is_finalizing():",
+        "        if False:",
+        "tests/test_loader_faults.py::test_sigint_to_main_process_exits_cleanly",
     ),
 ]
