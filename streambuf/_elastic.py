@@ -11,6 +11,13 @@ stride == 0`` and ``i < upto`` (``upto`` None: all) were handed out by that slot
 not delivered: they are delivered again, fetched by position), and the children already
 delivered of partly delivered (flattened) samples.
 
+A partly delivered output of a user stage made of several samples (a **group**,
+``Ledger.groups``) can be finished only by the stage making it of the same samples again:
+its samples are routed together to the slot whose share holds its first sample, and
+handed out there first, in the group's order (``pending_for``); the fresh stage groups
+them as before, and ``stages.Flatten`` refuses to skip children of a group it made of
+other samples.
+
 A state saved by a run that was itself resumed this way carries its ``Progress`` along
 (``"before"``), so resuming twice, at two new layouts, still delivers each sample once.
 """
@@ -34,6 +41,8 @@ class Progress:
         self.claims: dict[int, list[Claim]] = {}
         self.sets: dict[int, set[int]] = {}  # explicit done indices (a video's clips)
         self.pending: dict[int, dict[int, list[Any]]] = {}  # shard -> index -> entry
+        # partly delivered groups: (shard, index) of the first sample -> its samples
+        self.groups: dict[tuple[int, int], list[list[int]]] = {}
 
     # -- building -----------------------------------------------------------------------
     def claim(self, shard: int, stride: int, offset: int, upto: int | None, hint: Any) -> None:
@@ -44,6 +53,13 @@ class Progress:
 
     def add_pending(self, entry: Sequence[Any]) -> None:
         self.pending.setdefault(int(entry[0]), {})[int(entry[1])] = list(entry)
+
+    def add_group(self, group: Sequence[Sequence[int]]) -> None:
+        self.groups[(int(group[0][0]), int(group[0][1]))] = [[int(x) for x in p] for p in group]
+
+    def _prune_groups(self) -> None:
+        """Keep the groups still partly delivered: their first sample still pending."""
+        self.groups = {k: g for k, g in self.groups.items() if k[1] in self.pending.get(k[0], {})}
 
     @classmethod
     def of_states(cls, pipe: Any, states: Sequence[dict[str, Any]]) -> Progress:
@@ -71,6 +87,9 @@ class Progress:
                         if (int(row[0]), int(row[1])) not in still:
                             prog.pending.get(int(row[0]), {}).pop(int(row[1]), None)
                 prog._add_slot(list(a.shards), a.stride, a.offset, snap)
+                for group in snap.get("groups") or []:
+                    prog.add_group(group)
+        prog._prune_groups()
         return prog
 
     def _add_slot(self, shards: list[int], stride: int, offset: int, snap: dict[str, Any]) -> None:
@@ -149,14 +168,45 @@ class Progress:
                     best = (upto, hint)
         return best
 
-    def pending_for(self, shards: Iterable[int], stride: int, offset: int) -> list[list[Any]]:
-        """The pending samples of ``shards`` in the slot share ``(stride, offset)``."""
+    def _share_rows(self, shards: Iterable[int], stride: int, offset: int) -> list[list[Any]]:
         out: list[list[Any]] = []
         for shard in shards:
             for index, row in sorted(self.pending.get(shard, {}).items()):
                 if index >= offset and (index - offset) % stride == 0:
                     out.append(row)
         return out
+
+    def groups_for(self, shards: Iterable[int], stride: int, offset: int) -> list[list[list[int]]]:
+        """The groups the slot share ``(stride, offset)`` of ``shards`` finishes: those
+        whose first sample is in it, in its order."""
+        rows = self._share_rows(shards, stride, offset)
+        return [self.groups[k] for r in rows if (k := (int(r[0]), int(r[1]))) in self.groups]
+
+    def pending_for(self, shards: Iterable[int], stride: int, offset: int) -> list[list[Any]]:
+        """The pending samples the slot share ``(stride, offset)`` of ``shards`` hands out
+        again: the samples of the groups it finishes first (each group's together, in its
+        order, wherever they are), then its own other pending samples."""
+        rows = self._share_rows(shards, stride, offset)
+        if not self.groups:
+            return rows
+        grouped = {(int(p[0]), int(p[1])) for g in self.groups.values() for p in g}
+        out: list[list[Any]] = []
+        for group in self.groups_for(shards, stride, offset):
+            for p in group:
+                row = self.pending.get(int(p[0]), {}).get(int(p[1]))
+                if row is not None:
+                    out.append(row)
+        out += [r for r in rows if (int(r[0]), int(r[1])) not in grouped]
+        return out
+
+    def routed(self, shards: Sequence[int], stride: int, offset: int) -> int:
+        """Pending samples the share hands out beyond its own (the other samples of the
+        groups it finishes) less its own that another share's groups take."""
+        if not self.groups:
+            return 0
+        return len(self.pending_for(shards, stride, offset)) - len(
+            self._share_rows(shards, stride, offset)
+        )
 
     def remaining(self, shard: int, size: int, stride: int, offset: int) -> int:
         """Samples of ``shard`` (``size`` in all) in share ``(stride, offset)`` not done."""
@@ -183,6 +233,8 @@ class Progress:
         for shard, rows in self.pending.items():
             new = mapping[shard]
             out.pending[new] = {i: [new, *row[1:]] for i, row in rows.items()}
+        for group in self.groups.values():
+            out.add_group([[mapping[p[0]], *p[1:]] for p in group])
         return out
 
     # -- plain data ---------------------------------------------------------------------
@@ -191,6 +243,7 @@ class Progress:
             "claims": {str(s): [list(c) for c in cs] for s, cs in self.claims.items()},
             "sets": {str(s): sorted(v) for s, v in self.sets.items()},
             "pending": [row for rows in self.pending.values() for row in rows.values()],
+            **({"groups": list(self.groups.values())} if self.groups else {}),
         }
 
     @classmethod
@@ -203,4 +256,6 @@ class Progress:
             prog.claim_set(int(shard), indices)
         for row in data.get("pending", []):
             prog.add_pending(row)
+        for group in data.get("groups", []):
+            prog.add_group(group)
         return prog

@@ -8,7 +8,13 @@ it is (``snapshot()``):
     {"pass": p, "produced": n, "last": bool,       # n outputs delivered; stream ended?
      "source": {...cursor...},                     # SourceRun.cursor()
      "pending": [[shard, index, hint], ...],       # handed out, not settled, seq order
-     "stages": {"k": {...}}}                       # stages that hold samples (shuffle)
+     "stages": {"k": {...}},                       # stages that hold samples (shuffle)
+     "groups": [[[shard, index], ...], ...]}       # optional: partly delivered groups
+
+``groups`` names, for each output of a user stage made of several samples and then
+flattened with some of its children delivered, the samples it was made of
+(``Ledger.groups``): a resume skips those children only where the stage makes that
+output of the same samples again (``stages.Flatten``).
 
 The snapshot describes exactly the outputs already delivered: everything the threads
 ran ahead on is in ``pending`` or past a cursor. ``Iteration(resume=snapshot)`` continues
@@ -18,6 +24,7 @@ from it (the same slot of the same layout: identical remainder); ``progress=`` (
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -92,6 +99,10 @@ class Iteration:
         )
         self._source = src
         env.partial = src.partial
+        # the partly delivered groups given again: an exact resume's own, an elastic
+        # resume's those the source routed to this slot (``Progress.groups_for``)
+        saved = (resume or {}).get("groups") or getattr(src, "groups", None) or []
+        env.groups = {tuple(g[0]): g for g in saved}
         mode = pipe._sharding.equalize
         if mode is not None:
             sizes, ctx = pipe.sizes(), self.ctx
@@ -225,7 +236,9 @@ class Iteration:
         """Where this iteration is, as plain data (see the module docstring)."""
         with self.ledger.lock:
             env, src = self._env, self._source
-            return {
+            if src is None and (self.resume is not None or self.progress is not None):
+                return self._not_opened()
+            out = {
                 "pass": self.pass_index,
                 "produced": self.produced,
                 "last": self.done,
@@ -233,6 +246,32 @@ class Iteration:
                 "pending": self.ledger.pending() + (src.unissued() if src is not None else []),
                 "stages": {str(k): f() for k, f in env.snapshots.items()} if env else {},
             }
+            # a group flatten has expanded is the ledger's; one not reached yet, env's
+            groups = self.ledger.groups() + (list(env.groups.values()) if env else [])
+            if groups:
+                out["groups"] = groups
+            return out
+
+    def _not_opened(self) -> dict[str, Any]:
+        """A resumed iteration's snapshot before its source opened: nothing delivered
+        since the resume, so where the resume put it (it said "the epoch's start" before,
+        and a state taken between ``iter()`` and the first item started the epoch over)."""
+        if self.resume is not None:
+            return copy.deepcopy(self.resume)
+        ctx, n = self.ctx, self.pipe._src.num_shards() or 0
+        a = assign(n, self.pipe._sharding.order(n, ctx.epoch), ctx.slot, ctx.slots)
+        out: dict[str, Any] = {
+            "pass": 0,
+            "produced": 0,
+            "last": False,
+            "source": None,
+            "pending": copy.deepcopy(self.progress.pending_for(a.shards, a.stride, a.offset)),
+            "stages": {},
+        }
+        groups = self.progress.groups_for(a.shards, a.stride, a.offset)
+        if groups:
+            out["groups"] = copy.deepcopy(groups)
+        return out
 
 
 def _within_declared(

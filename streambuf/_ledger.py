@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Ledger", "Rec"]
+__all__ = ["Ledger", "Rec", "leaves"]
 
 Pos = tuple[int, ...]
 
@@ -83,7 +83,7 @@ class Ledger:
             if entry is None:
                 return
             if rec.members is not None:
-                rest = _leaves(rec)[1:]
+                rest = leaves(rec)[1:]
                 if rest:
                     entry.also = (entry.also or []) + rest
             entry.live += children - 1
@@ -146,12 +146,24 @@ class Ledger:
             out.append(row)
         return out
 
+    def groups(self) -> list[list[list[int]]]:
+        """The partly delivered flattened groups: for each open entry with settled
+        children that a group rides on, its samples' positions in the group's order
+        (``[[*first], [*second], ...]``; call under ``lock``). A resume hands the group to
+        the stage again and skips the children delivered; it may do so only for the same
+        group, so the state names it (``streambuf._elastic``, ``stages.Flatten``)."""
+        return [
+            [list(e.pos), *(list(o.pos) for o in e.also)]
+            for e in self._open.values()
+            if e.settled and e.also
+        ]
+
     def __len__(self) -> int:
         return len(self._open)
 
 
-def _leaves(rec: Rec) -> list[Rec]:
+def leaves(rec: Rec) -> list[Rec]:
     """The samples in ``rec``, in order (a group's members may be groups in turn)."""
     if rec.members is None:
         return [rec]
-    return [leaf for m in rec.members for leaf in _leaves(m)]
+    return [leaf for m in rec.members for leaf in leaves(m)]

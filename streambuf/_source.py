@@ -137,8 +137,11 @@ class SourceRun:
         self._claimed = 0
         self._claim_lock = threading.Lock()
         pending = list(pending or [])
+        # the partly delivered groups this slot finishes (an elastic resume's)
+        self.groups: list[list[list[int]]] = []
         if progress is not None and not resumed:  # an exact resume owes its own list
             pending += progress.pending_for(self.shard_ids, stride, offset)
+            self.groups = progress.groups_for(self.shard_ids, stride, offset)
         self._pending = pending
         self._replayed_n = 0  # how many of them were handed out again
         self.partial: dict[tuple[int, ...], list[int]] = {

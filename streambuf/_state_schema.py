@@ -60,6 +60,8 @@ RESUME_HINT = OneOf(  # where a cursor's next sample starts
 )
 POS = List(Int(0), items=[Int(0, "shards")], min_len=2)
 ROW = List(items=[Int(0, "shards"), Int(0), FETCH_HINT, List(Int(0))], min_len=3)
+# partly delivered flattened groups: each the positions of its samples (``Ledger.groups``)
+GROUPS = List(List(List(Int(0), min_len=2), min_len=1))
 
 
 class MixRow(Spec):
@@ -137,7 +139,8 @@ class Snapshot(Spec):
                 "source": Opt(source),
                 "pending": List(MixRow() if mix else ROW),
                 "stages": MapOf(Int(0), STAGE),
-            }
+            },
+            optional={"groups": GROUPS},
         )
 
     def check(self, value: Any, path: str, env: Env) -> None:
@@ -164,7 +167,8 @@ PROGRESS = Dict(
         ),
         "sets": MapOf(Int(0, "shards"), List(Int(0))),
         "pending": List(ROW),
-    }
+    },
+    optional={"groups": GROUPS},
 )
 NAME = OneOf(
     "a shard name or a run [prefix, suffix, width, start, step, count]",

@@ -58,7 +58,8 @@ class Assignment:
         new layout, minus those a ``streambuf._elastic.Progress`` says are done)."""
         if progress is None:
             return sum(len(range(self.offset, sizes[i], self.stride)) for i in self.shards)
-        return sum(progress.remaining(i, sizes[i], self.stride, self.offset) for i in self.shards)
+        left = sum(progress.remaining(i, sizes[i], self.stride, self.offset) for i in self.shards)
+        return left + progress.routed(self.shards, self.stride, self.offset)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Any
 from ._collate import Collator
 from ._counters import THREAD_COUNTS, SharedCounters, ThreadStats, thread_gauge, thread_stats
 from ._lanes import ITEMS_PER_THREAD
-from ._ledger import Ledger, Rec
+from ._ledger import Ledger, Rec, leaves
 from ._units import check_bool, check_size, parse_bytes, parse_count, parse_optional_bytes
 from .errors import add_note, stop_as_error
 from .prefetch import ThreadPrefetcher, parse_threads
@@ -89,6 +89,9 @@ class Env:
     seed_parts: tuple[int, int, int, int] | None = None  # epoch, rank, worker, pass
     stage_bytes: int | None = None
     partial: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
+    # the partly delivered groups a resume gives the stage again: first position -> the
+    # positions of the group's samples (``Ledger.groups``); ``Flatten`` checks each
+    groups: dict[tuple[int, ...], list[list[int]]] = field(default_factory=dict)
     snapshots: dict[int, Callable[[], Any]] = field(default_factory=dict)
     held: dict[int, Callable[[], tuple[int, int]]] = field(default_factory=dict)  # probes
     meter: Any = None  # the pipeline's StageMeter (streambuf._meter), or None
@@ -348,13 +351,49 @@ class Flatten(Stage):
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
         ledger = env.ledger
+        # each sample of a partly delivered group given again -> the group's first
+        member = {tuple(p): first for first, g in env.groups.items() for p in g}
         for rec in up:
-            skip = env.partial.pop(rec.pos, None) or ()
-            children = [
-                Rec(x, (*rec.pos, j), rec.seq) for j, x in enumerate(rec.value) if j not in skip
-            ]
-            ledger.expanded(rec, len(children))
+            with ledger.lock:  # a snapshot sees the group in env.groups or in the ledger
+                skip = env.partial.pop(rec.pos, None) or ()
+                if member and env.groups:
+                    _same_group(rec, env.groups, member, skip)
+                children = [
+                    Rec(x, (*rec.pos, j), rec.seq) for j, x in enumerate(rec.value) if j not in skip
+                ]
+                ledger.expanded(rec, len(children))
             yield from children
+
+
+def _same_group(
+    rec: Rec,
+    groups: dict[tuple[int, ...], list[list[int]]],
+    member: dict[tuple[int, ...], tuple[int, ...]],
+    skip: Any,
+) -> None:
+    """A resume skips the children of a partly delivered output by their index, which
+    names the same outputs only if the stage made that output of the same samples again.
+    An output made of any sample of such a group must be that group (then it is checked
+    off), else refuse: skipping by index would drop some outputs and repeat others, and
+    a group's sample put in another output would be delivered twice, silently."""
+    now = [list(leaf.pos) for leaf in leaves(rec)]
+    firsts = {member[p] for leaf in now if (p := tuple(leaf)) in member and member[p] in groups}
+    if not firsts:
+        return
+    saved = [groups[f] for f in sorted(firsts)]
+    if saved == [now]:
+        del groups[next(iter(firsts))]
+        return
+    raise ValueError(
+        f"resume: an output had children delivered before the state was saved "
+        f"({' and '.join(map(str, saved))}: the samples it was made of); resumed, the "
+        f"stage before flatten() made an output of the samples {now}, so the children "
+        "delivered cannot be told apart from the new ones (skipping them would drop some "
+        "samples and repeat others). A resume gives that stage the same samples in the "
+        "same order only at the save's world size and num_workers, with no shuffle and no "
+        "unordered map before it: resume at the save's layout, make the maps before it "
+        "ordered, or make the stage's outputs depend on each sample alone"
+    )
 
 
 def _draw(seed: int, counter: int, n: int) -> int:

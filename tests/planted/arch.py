@@ -76,9 +76,41 @@ MUTANTS = [
     _m(
         "ledger: a flattened group settles only its first sample (its others stay pending)",
         "streambuf/_ledger.py",
-        "            if rec.members is not None:\n                rest = _leaves(rec)[1:]",
-        "            if False:\n                rest = _leaves(rec)[1:]",
+        "            if rec.members is not None:\n                rest = leaves(rec)[1:]",
+        "            if False:\n                rest = leaves(rec)[1:]",
         f"{STAGE}::test_a_flattened_group_settles_all_its_samples",
+    ),
+    _m(
+        "elastic: a partly delivered group's samples are handed out in position order, "
+        "each by its own slot (not together, first, by the slot of its first)",
+        "streambuf/_elastic.py",
+        "        rows = self._share_rows(shards, stride, offset)\n        if not self.groups:\n"
+        "            return rows\n",
+        "        rows = self._share_rows(shards, stride, offset)\n        if True:\n"
+        "            return rows\n",
+        f"{STAGE}::test_an_elastic_resume_finishes_a_partly_delivered_group_once",
+    ),
+    _m(
+        "resume: flatten skips a partly delivered output's children by index in an output "
+        "made of other samples",
+        "streambuf/stages.py",
+        "    if saved == [now]:",
+        "    if True:",
+        f"{STAGE}::test_a_group_made_of_other_samples_on_resume_is_refused",
+    ),
+    _m(
+        "resume: a group not yet given again to flatten is left out of the next state",
+        "streambuf/_iteration.py",
+        "            groups = self.ledger.groups() + (list(env.groups.values()) if env else [])",
+        "            groups = self.ledger.groups()",
+        f"{STAGE}::test_a_state_taken_before_a_resumed_group_is_made_again_still_names_it",
+    ),
+    _m(
+        "resume: a resumed iteration's state before its source opens says the epoch's start",
+        "streambuf/_iteration.py",
+        "            if src is None and (self.resume is not None or self.progress is not None):",
+        "            if False:",
+        f"{STAGE}::test_a_state_taken_before_a_resumed_group_is_made_again_still_names_it",
     ),
     _m(
         "stage state: a stage owning state before a shuffle resumes a mid-epoch state anyway",
