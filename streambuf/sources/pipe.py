@@ -17,16 +17,11 @@ Invariants:
   of its first header recorded, so a resumed run reopens each lane's shard at its next
   sample (one ranged request) and fetches the pending samples by offset.
 * **Bytes.** Inside a ``Loader`` the lanes get the stage budget the Loader grants each
-  worker (``stage_bytes``): the lanes' read buffers, ``lanes x (2 x block_bytes +
+  worker (``stage_bytes``): the lanes' fixed overhead, ``lanes x (2 x block_bytes +
   readahead_bytes)`` (read buffers and the next shard's first bytes; over fsspec also
-  ``FETCH_GROWTH x block_bytes``, what one grown request brings), are taken off it and
+  ``FETCH_GROWTH x block_bytes``, what one grown request brings), is taken off it and
   the rest bounds the samples buffered between lanes and the pipeline, samples being
-  parsed included (at least half of ``stage_bytes``). Where the read buffers would take
-  more than half, they are cut to fit it (``TarReader.fit``): ``readahead_bytes`` first,
-  then ``block_bytes``, down to ``MIN_BLOCK`` (64 KiB); below that a warning names the
-  bytes past the bound and the fixes. Until 2026-12-05 they were counted outside the
-  grant there: 8 lanes over S3 hold ~88 MiB of requests a worker, on any grant.
-  Outside a Loader, ``max_bytes`` bounds the samples and the options are used as given.
+  parsed included (at least half of ``stage_bytes``). Outside a Loader, ``max_bytes``.
 * **Picklable.** ``TarReader`` holds configuration only; threads, semaphores and buffers
   are built inside each call (each worker).
 
@@ -41,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .._counters import THREAD_COUNTS, PipelineStats, SharedCounters, thread_gauge, thread_stats
@@ -148,22 +143,6 @@ class _Counting(TarAccess):
         self.publish(force=True)
 
 
-MIN_BLOCK = 64 << 10  # the smallest read block a small stage grant cuts block_bytes to
-
-
-@dataclass(frozen=True)
-class ReadSizes:
-    """What a stage grant leaves a worker's lanes (``TarReader.fit``): each read block
-    and readahead, the bound of the samples buffered, and the bytes the read buffers
-    need past half the grant (0: within it)."""
-
-    block: int
-    readahead: int
-    buffer: int
-    over: int
-    full: int = 0  # the grant whose half holds the reads as set
-
-
 @dataclass(frozen=True)
 class TarReader:
     """The ``SourceReader`` of ``shards()``: configuration only, picklable."""
@@ -173,9 +152,6 @@ class TarReader:
     publish_every_s: float = 1.0
     # lanes="auto": the threads each worker runs over its lanes (``stats().threads``)
     thread_counters: SharedCounters | None = field(default=None, compare=False)
-    # said once (each process): the reads cut to fit a grant; a grant they cannot fit
-    _told: bool = field(default=False, compare=False, repr=False)
-    _warned: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.options.lanes == "auto" and self.thread_counters is None:
@@ -197,31 +173,14 @@ class TarReader:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
         return self.options.lane_count, self.options.order
 
-    def fit(self, stage_bytes: int | None, *, lanes: int, fsspec: bool = False) -> ReadSizes:
-        """The read buffers and the lanes' buffer bound for a stage grant (module
-        docstring): the read buffers take at most half of the grant, ``readahead_bytes``
-        cut first, then ``block_bytes`` (to ``MIN_BLOCK``); the buffer the rest.
-        ``over``: bytes the read buffers still need past that half (0: within)."""
-        o = self.options
-        block, ahead = int(o.block_bytes), int(o.readahead_bytes)
-        if stage_bytes is None:
-            return ReadSizes(block, ahead, int(o.max_bytes), 0)
-        blocks = 2 + (FETCH_GROWTH if fsspec else 0)  # fsspec: what a request brought
-        room = stage_bytes // 2
-        per_lane = room // max(1, lanes)
-        if blocks * block + ahead > per_lane:
-            ahead = max(0, min(ahead, per_lane - blocks * block))
-        if blocks * block + ahead > per_lane:
-            block = min(block, max(MIN_BLOCK, per_lane // blocks))
-        overhead = lanes * (blocks * block + ahead)
-        full = 2 * lanes * (blocks * int(o.block_bytes) + int(o.readahead_bytes))
-        return ReadSizes(
-            block, ahead, max(stage_bytes - overhead, room, 1), max(0, overhead - room), full
-        )
-
     def buffer_bytes(self, stage_bytes: int | None, *, lanes: int, fsspec: bool = False) -> int:
-        """The byte bound of the lanes' buffer for a stage grant (``fit``)."""
-        return self.fit(stage_bytes, lanes=lanes, fsspec=fsspec).buffer
+        """The byte bound of the lanes' buffer for a stage grant (module docstring)."""
+        o = self.options
+        if stage_bytes is None:
+            return int(o.max_bytes)
+        blocks = 2 + (FETCH_GROWTH if fsspec else 0)  # fsspec: what a request brought
+        overhead = lanes * (blocks * int(o.block_bytes) + int(o.readahead_bytes))
+        return max(stage_bytes - overhead, stage_bytes // 2, 1)
 
     def open(
         self,
@@ -235,38 +194,8 @@ class TarReader:
     ) -> ReaderRun:
         from .._contracts import ReaderRun
 
-        lanes = self.options.lane_count
-        sizes = self.fit(stage_bytes, lanes=lanes, fsspec=_fsspec(source))
         o = self.options
-        if (sizes.block, sizes.readahead) != (o.block_bytes, o.readahead_bytes) and not self._told:
-            object.__setattr__(self, "_told", True)
-            log.info(
-                "shards(): the Loader grants this stage %d bytes a worker; %d lanes read "
-                "with block_bytes=%d and readahead_bytes=%d to fit half of it (set: %d and "
-                "%d; give max_bytes %.1fx to read with those)",
-                stage_bytes,
-                lanes,
-                sizes.block,
-                sizes.readahead,
-                o.block_bytes,
-                o.readahead_bytes,
-                sizes.full / max(1, stage_bytes or 1),
-            )
-        if sizes.over and not self._warned:
-            object.__setattr__(self, "_warned", True)
-            log.warning(
-                "shards(): the Loader grants this stage %d bytes a worker; %d lanes' read "
-                "buffers need %d bytes more than half of it even at block_bytes=%d and "
-                "readahead_bytes=0, so memory may pass max_bytes by about %d bytes a "
-                "worker: raise max_bytes, use fewer lanes or fewer workers",
-                stage_bytes,
-                lanes,
-                sizes.over,
-                sizes.block,
-                sizes.over,
-            )
-        if (sizes.block, sizes.readahead) != (o.block_bytes, o.readahead_bytes):
-            o = replace(o, block_bytes=sizes.block, readahead_bytes=sizes.readahead)
+        lanes = o.lane_count
         access = _Counting(
             source,
             o,
@@ -283,7 +212,7 @@ class TarReader:
             order=o.order,
             adaptive=o.adaptive,
             max_items=max(o.max_items, lanes),
-            max_bytes=sizes.buffer,
+            max_bytes=self.buffer_bytes(stage_bytes, lanes=lanes, fsspec=_fsspec(source)),
             name="shards",
             threads=o.threads,
             on_threads=(

@@ -10,20 +10,6 @@ m = planted("")
 
 MUTANTS = [
     m(
-        "shard lanes: read buffers counted outside a small stage grant (not cut to fit it)",
-        "streambuf/sources/pipe.py",
-        "        if blocks * block + ahead > per_lane:\n            ahead =",
-        "        if False:\n            ahead =",
-        "tests/sources/test_loader_shards.py::test_a_small_stage_grant_cuts_the_read_buffers_to_fit_it",
-    ),
-    m(
-        "shard lanes: a worker reads with the options as set, not the sizes fitted to its grant",
-        "streambuf/sources/pipe.py",
-        "            o = replace(o, block_bytes=sizes.block, readahead_bytes=sizes.readahead)",
-        "            pass",
-        "tests/sources/test_loader_shards.py::test_a_small_stage_grant_cuts_the_read_buffers_to_fit_it",
-    ),
-    m(
         "adaptive map: inline starts one item before the threads' items are all delivered",
         "streambuf/prefetch.py",
         "return self._delivered == self._next_index",
