@@ -36,6 +36,10 @@ class WorkerContext:
     num_workers: int
     epoch: int
     seed: int
+    # the bytes a Loader charged to its max_bytes for this copy's source read buffers
+    # (``shards()``' lanes: ``TarReader.fit``); None: not charged (they come off the
+    # source's stage grant)
+    read_bytes: int | None = None
 
     @property
     def slot(self) -> int:

@@ -94,6 +94,12 @@ class SequenceSource:
     def label(self, shard: int) -> str:
         return repr(self.shards[shard])[:200]
 
+    def read_bytes(self) -> int:
+        """A copy's read buffers as set (a reader's ``read_bytes``: ``shards()``' lanes),
+        which a Loader charges to its ``max_bytes``; 0: none."""
+        reads = getattr(self.reader, "read_bytes", None)
+        return int(reads(self.shards)) if callable(reads) else 0
+
     def stats(self) -> PipelineStats:
         """A reader's counters (``shards()``, ``video.clips()``: its ``stats()``)."""
         counted = getattr(self.reader, "stats", None)

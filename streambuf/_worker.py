@@ -189,7 +189,8 @@ class Feed(IterableDataset[Any]):
     """What the DataLoader iterates in each worker: the pipeline under credits.
 
     Holds configuration and shared memory only (picklable for spawn); never mutates the
-    pipeline. ``stage_bytes`` is each worker's grant for its stage buffers.
+    pipeline. ``stage_bytes`` is each worker's grant for its stage buffers,
+    ``read_bytes`` what the Loader charged for its source's read buffers (None: none).
     """
 
     def __init__(
@@ -199,6 +200,7 @@ class Feed(IterableDataset[Any]):
         budget: CreditBudget,
         board: Board,
         stage_bytes: int | None,
+        read_bytes: int | None = None,
         arena: Any = None,
     ) -> None:
         super().__init__()
@@ -206,6 +208,7 @@ class Feed(IterableDataset[Any]):
         self.budget = budget
         self.board = board
         self.stage_bytes = stage_bytes
+        self.read_bytes = read_bytes
         self.arena = arena  # streambuf._arena.Arena, or None
         self._made = 0  # in a worker: the iterations torch asked this process for
 
@@ -242,7 +245,9 @@ class Feed(IterableDataset[Any]):
         _arena.activate(self.arena, worker)
         gen, epoch, rank, world, rotation, plan = read
         logical = (worker + rotation) % info.num_workers  # an in-order resume's rotation
-        ctx = WorkerContext(rank, world, logical, info.num_workers, epoch, self.pipeline.seed)
+        ctx = WorkerContext(
+            rank, world, logical, info.num_workers, epoch, self.pipeline.seed, self.read_bytes
+        )
         resume, progress = None, None
         if plan is not None:
             from ._elastic import Progress

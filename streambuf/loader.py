@@ -207,6 +207,14 @@ class Loader:
                 "use fewer workers, or make the stage's buffer smaller (pack: a shorter "
                 "seq_len)"
             )
+        # the source's read buffers (shards' lanes) are fixed bytes too, charged whole
+        # where they fit in what half of max_bytes leaves, else cut to that
+        # (``TarReader.fit``, each worker reads with its charge: ``WorkerContext``)
+        reads = pipeline._src.read_bytes() if hasattr(pipeline._src, "read_bytes") else 0
+        self.read_bytes: int | None = None
+        if reads:
+            self.read_bytes = max(0, min(reads, (self.max_bytes // 2 - fixed) // copies))
+            fixed += self.read_bytes * copies
         rest = self.max_bytes - fixed
         stage_total = rest // 4 if pipeline._has_stage_buffers() else 0
         self.stage_bytes = max(1, stage_total // copies) if stage_total else None
@@ -265,6 +273,7 @@ class Loader:
             budget=self._budget,
             board=self._board,
             stage_bytes=self.stage_bytes,
+            read_bytes=self.read_bytes,
             arena=self._arena,
         )
         self._dl = DataLoader(
@@ -340,7 +349,7 @@ class Loader:
         plan = self._tracker.start(epoch=self.epoch, rank=rank, world_size=world)
         self._epoch = plan.epoch
         if self.num_workers == 0:
-            ctx = WorkerContext(rank, world, 0, 1, plan.epoch, self.pipeline.seed)
+            ctx = WorkerContext(rank, world, 0, 1, plan.epoch, self.pipeline.seed, self.read_bytes)
             it = self.pipeline._iterate(
                 ctx, stage_bytes=self.stage_bytes, resume=plan.workers[0], progress=plan.progress
             )

@@ -94,7 +94,8 @@ class LoaderStats:
             None when num_workers == 0. ``budget.max_bytes`` is the credit limit the
             Loader applies to batches: ``max_bytes`` minus the fixed and stage shares.
         fixed_bytes: what stages hold whatever the budget, over all workers (``pack``'s
-            block: ``12 * seq_len`` in each), taken out of ``max_bytes`` first; 0 if none.
+            block: ``12 * seq_len`` in each; ``shards()``' read buffers, cut where they
+            would pass half of ``max_bytes``), taken out of ``max_bytes`` first; 0 if none.
         stage_bytes: bytes granted to the stage buffers (threaded map, prefetch, shard
             and video lanes) of *each* worker: ``(max_bytes - fixed_bytes) // 4 //
             num_workers`` when the pipeline has such stages, else None (then batches get

@@ -43,7 +43,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .._units import parse_bytes
+from .._units import parse_bytes, parse_optional_bytes
 from ._http import _HTTPRaw
 from ._resumable import IOCounters, IOStats, _RawBase
 from .urls import secrets_of
@@ -71,7 +71,8 @@ def not_data_hint(content_type: str | None) -> str | None:
 class _FsspecRaw(_RawBase):
     """fsspec (``s3://``, ``gs://``, ...): each read is one ranged request, so requests
     grow: ``block_bytes`` first (the first sample arrives as soon as from one block),
-    doubling while the stream is read on, up to ``FETCH_GROWTH x block_bytes`` (a 1 GiB
+    doubling while the stream is read on, up to ``max_request_bytes`` (by default
+    ``FETCH_GROWTH x block_bytes``; a 1 GiB
     shard over S3 is ~130 requests, not 1024, each paying the request latency once);
     what is left of the object (or range) is taken in one request once it fits in a
     full-grown one, so an object of at most ``FETCH_GROWTH x block_bytes`` (8 MiB by
@@ -79,7 +80,14 @@ class _FsspecRaw(_RawBase):
     what a request brought and the reader has not taken yet waits here (counted by the
     shard reader's stage overhead, ``sources.pipe``)."""
 
-    def __init__(self, url: str, *, storage_options: Mapping[str, Any] | None, **kw: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        storage_options: Mapping[str, Any] | None,
+        max_request: int | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(url, **kw)
         self._options = dict(storage_options or {})
         self._fs: Any = None
@@ -87,6 +95,8 @@ class _FsspecRaw(_RawBase):
         self._f: Any = None
         self._got: memoryview = memoryview(b"")  # fetched, not yet read
         self._want = self._block
+        # the largest request (what one brings waits here until read)
+        self._cap = max(self._block, int(max_request or FETCH_GROWTH * self._block))
 
     def _connect(self, offset: int) -> None:
         if self._fs is None:
@@ -113,9 +123,9 @@ class _FsspecRaw(_RawBase):
                 rest = stop - self.offset
                 # what is left fits in one full-grown request: take it in one (a small
                 # object is one GET, paying the request's latency and CPU once)
-                want = rest if rest <= FETCH_GROWTH * self._block else min(want, rest)
+                want = rest if rest <= self._cap else min(want, rest)
             self._got = memoryview(bytes(self._f.read(max(want, n))))
-            self._want = min(2 * self._want, FETCH_GROWTH * self._block)
+            self._want = min(2 * self._want, self._cap)
         out, self._got = self._got[:n], self._got[n:]
         return out
 
@@ -213,6 +223,7 @@ def open_stream(
     rate_window_s: float = 10.0,
     offset: int = 0,
     length: int | None = None,
+    max_request_bytes: int | str | None = None,
 ) -> ShardReader:
     """Open ``url`` for sequential reading with retries that resume at the byte offset.
 
@@ -228,7 +239,11 @@ def open_stream(
         backoff_s, max_backoff_s: the delay before retry k is
             ``min(max_backoff_s, backoff_s * 2**(k-1))`` times a jitter in [0.5, 1].
         timeout_s: socket timeout (connect, and each wait for bytes) for http(s).
-        block_bytes: read size (int or "8MiB"); for fsspec URLs, the size of one ranged GET.
+        block_bytes: read size (int or "8MiB"); for fsspec URLs, the size of the first
+            ranged GET (the next ones double, up to ``max_request_bytes``).
+        max_request_bytes: for fsspec URLs, the largest ranged GET (what one brings is
+            held until it is read); None: ``FETCH_GROWTH`` (8) x ``block_bytes``. An
+            object (or range) that fits in one is one GET.
         max_concurrent_io: held while a request or a read is in flight (shared by lanes).
         counters: where to count opens, requests, retries and bytes (e.g. shared by lanes).
         min_rate_bps: the slowest a connection may deliver, in bytes (not bits) per
@@ -264,6 +279,7 @@ def open_stream(
     if not (_finite(rate_window_s) and rate_window_s > 0):
         raise ValueError(f"rate_window_s={rate_window_s!r} must be a number of seconds > 0")
     block = parse_bytes(block_bytes, name="block_bytes")
+    max_request = parse_optional_bytes(max_request_bytes, name="max_request_bytes")
     target = os.fspath(url)
     secrets = secrets_of(storage_options)
     kw: dict[str, Any] = dict(
@@ -285,7 +301,7 @@ def open_stream(
     elif proto in ("http", "https"):
         raw = _HTTPRaw(target, **kw)
     else:
-        raw = _FsspecRaw(target, storage_options=storage_options, **kw)
+        raw = _FsspecRaw(target, storage_options=storage_options, max_request=max_request, **kw)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset={offset!r} must be an int >= 0")
     if length is not None and (

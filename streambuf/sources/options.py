@@ -58,6 +58,7 @@ class ShardOptions:
     min_rate_bps: float | None = 1024
     rate_window_s: float = 10.0
     block_bytes: int | str = "1MiB"
+    max_request_bytes: int | str | None = None
     max_member_bytes: int | str = "1GiB"
     max_sample_bytes: int | str | None = None
     max_shard_bytes: int | str | None = "64GiB"
@@ -99,6 +100,11 @@ class ShardOptions:
                 )
         check_seconds(self.rate_window_s, name="rate_window_s")
         put(self, "block_bytes", parse_bytes(self.block_bytes, name="block_bytes"))
+        put(
+            self,
+            "max_request_bytes",
+            parse_optional_bytes(self.max_request_bytes, name="max_request_bytes"),
+        )
         put(self, "max_member_bytes", parse_bytes(self.max_member_bytes, name="max_member_bytes"))
         put(
             self,
@@ -145,6 +151,7 @@ class ShardOptions:
                 "max_backoff_s",
                 "timeout_s",
                 "block_bytes",
+                "max_request_bytes",
                 "min_rate_bps",
                 "rate_window_s",
             )

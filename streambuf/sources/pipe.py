@@ -16,12 +16,20 @@ Invariants:
 * **Positions.** Every sample's position is ``(shard, sample index)`` with the byte offset
   of its first header recorded, so a resumed run reopens each lane's shard at its next
   sample (one ranged request) and fetches the pending samples by offset.
-* **Bytes.** Inside a ``Loader`` the lanes get the stage budget the Loader grants each
-  worker (``stage_bytes``): the lanes' fixed overhead, ``lanes x (2 x block_bytes +
-  readahead_bytes)`` (read buffers and the next shard's first bytes; over fsspec also
-  ``FETCH_GROWTH x block_bytes``, what one grown request brings), is taken off it and
-  the rest bounds the samples buffered between lanes and the pipeline, samples being
-  parsed included (at least half of ``stage_bytes``). Outside a Loader, ``max_bytes``.
+* **Bytes.** The lanes' read buffers, ``lanes x (2 x block_bytes + readahead_bytes)``
+  (each lane's read block and the next shard's first bytes; over fsspec also
+  ``max_request_bytes``, what one grown request brings: ``FETCH_GROWTH x block_bytes``
+  by default), are fixed bytes a worker: a ``Loader`` charges them to its ``max_bytes``
+  (``read_bytes``, like ``pack``'s block: out of the batches' room) and hands each
+  worker its charge (``WorkerContext.read_bytes``). Where they would take over half of
+  ``max_bytes`` they are cut to fit that half (``TarReader.fit``): fsspec's largest
+  request first (down to ``block_bytes``: the first request keeps its size), then
+  ``block_bytes`` and ``readahead_bytes`` in proportion (the block to ``MIN_BLOCK``);
+  logged once, and a warning where not even that fits. The stage grant (``stage_bytes``)
+  bounds the samples buffered between lanes and the pipeline, samples being parsed
+  included. Without a charge (outside a Loader's workers: a mix's sources, the
+  torchdata nodes) the reads come off the stage grant, which keeps at least half for the
+  samples. Outside a Loader, ``max_bytes`` bounds the samples.
 * **Picklable.** ``TarReader`` holds configuration only; threads, semaphores and buffers
   are built inside each call (each worker).
 
@@ -32,11 +40,12 @@ worker's read ends (``streambuf._counters.SharedCounters``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from .._counters import THREAD_COUNTS, PipelineStats, SharedCounters, thread_gauge, thread_stats
@@ -143,6 +152,20 @@ class _Counting(TarAccess):
         self.publish(force=True)
 
 
+MIN_BLOCK = 64 << 10  # the smallest read block a small charge cuts block_bytes to
+
+
+@dataclass(frozen=True)
+class ReadSizes:
+    """Read sizes that fit a worker's charge (``TarReader.fit``): the read block, the
+    readahead, fsspec's largest request, and the bytes past the charge (0: within)."""
+
+    block: int
+    readahead: int
+    request: int
+    over: int
+
+
 @dataclass(frozen=True)
 class TarReader:
     """The ``SourceReader`` of ``shards()``: configuration only, picklable."""
@@ -152,6 +175,8 @@ class TarReader:
     publish_every_s: float = 1.0
     # lanes="auto": the threads each worker runs over its lanes (``stats().threads``)
     thread_counters: SharedCounters | None = field(default=None, compare=False)
+    # said once a process: the reads cut to fit a charge; a charge they cannot fit
+    _told: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.options.lanes == "auto" and self.thread_counters is None:
@@ -173,14 +198,88 @@ class TarReader:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
         return self.options.lane_count, self.options.order
 
+    def read_bytes(self, urls: Sequence[Any]) -> int:
+        """A worker's read buffers with the options as set (module docstring)."""
+        return self._reads(
+            self.options.lane_count,
+            _fsspec(urls),
+            int(self.options.block_bytes),
+            int(self.options.readahead_bytes),
+            self._request(int(self.options.block_bytes)),
+        )
+
+    def _request(self, block: int) -> int:
+        cap = self.options.max_request_bytes
+        return max(block, int(cap) if cap is not None else FETCH_GROWTH * block)
+
+    @staticmethod
+    def _reads(lanes: int, fsspec: bool, block: int, ahead: int, request: int) -> int:
+        return lanes * (2 * block + ahead + (request if fsspec else 0))
+
+    def fit(self, allot: int, *, lanes: int, fsspec: bool = False) -> ReadSizes:
+        """Read sizes whose buffers fit ``allot`` bytes (module docstring): as set where
+        they do; else fsspec's largest request cut first (to ``block_bytes``), then the
+        block and the readahead in proportion (the block to ``MIN_BLOCK``). ``over``:
+        bytes past ``allot`` at the smallest (0: within)."""
+        o = self.options
+        block, ahead = int(o.block_bytes), int(o.readahead_bytes)
+        request = self._request(block)
+        reads = functools.partial(self._reads, lanes, fsspec)
+        if fsspec and reads(block, ahead, request) > allot:
+            request = max(block, min(request, allot // max(1, lanes) - 2 * block - ahead))
+        if reads(block, ahead, request) > allot:
+            scale = allot / reads(block, ahead, block if fsspec else 0)
+            block = min(block, max(MIN_BLOCK, int(block * scale)))
+            ahead = int(ahead * scale)
+            request = block
+            while ahead and reads(block, ahead, request) > allot:  # rounding
+                ahead = max(0, ahead - max(1, ahead // 16))
+        return ReadSizes(block, ahead, request, max(0, reads(block, ahead, request) - allot))
+
+    def _cut(self, o: ShardOptions, sizes: ReadSizes, allot: int, lanes: int) -> ShardOptions:
+        """``o`` with the fitted sizes (logged once where they differ from the options)."""
+        given = (o.block_bytes, o.readahead_bytes, self._request(int(o.block_bytes)))
+        if (sizes.block, sizes.readahead, sizes.request) == given:
+            return o
+        if not self._told:
+            object.__setattr__(self, "_told", True)
+            log.log(
+                logging.WARNING if sizes.over else logging.INFO,
+                "shards(): the Loader's max_bytes leaves %d lanes %d bytes of read buffers "
+                "a worker; they read with block_bytes=%d, readahead_bytes=%d and requests "
+                "of at most %d bytes (set: %d, %d, %d)%s",
+                lanes,
+                allot,
+                sizes.block,
+                sizes.readahead,
+                sizes.request,
+                *given,
+                f", and still need {sizes.over} bytes more: raise max_bytes, use fewer "
+                "lanes or fewer workers"
+                if sizes.over
+                else "",
+            )
+        return replace(
+            o,
+            block_bytes=sizes.block,
+            readahead_bytes=sizes.readahead,
+            max_request_bytes=sizes.request,
+        )
+
     def buffer_bytes(self, stage_bytes: int | None, *, lanes: int, fsspec: bool = False) -> int:
-        """The byte bound of the lanes' buffer for a stage grant (module docstring)."""
+        """The byte bound of the lanes' buffer for a stage grant when no Loader charged
+        the read buffers: the grant less the reads as set, at least half of it."""
         o = self.options
         if stage_bytes is None:
             return int(o.max_bytes)
-        blocks = 2 + (FETCH_GROWTH if fsspec else 0)  # fsspec: what a request brought
-        overhead = lanes * (blocks * int(o.block_bytes) + int(o.readahead_bytes))
-        return max(stage_bytes - overhead, stage_bytes // 2, 1)
+        reads = self._reads(
+            lanes,
+            fsspec,
+            int(o.block_bytes),
+            int(o.readahead_bytes),
+            self._request(int(o.block_bytes)),
+        )
+        return max(stage_bytes - reads, stage_bytes // 2, 1)
 
     def open(
         self,
@@ -196,6 +295,14 @@ class TarReader:
 
         o = self.options
         lanes = o.lane_count
+        fsspec = _fsspec(source)
+        allot = getattr(ctx, "read_bytes", None)  # a Loader's charge for the reads
+        if allot is not None:
+            sizes = self.fit(allot, lanes=lanes, fsspec=fsspec)
+            o = self._cut(o, sizes, allot, lanes)
+            buffer = int(stage_bytes) if stage_bytes is not None else int(o.max_bytes)
+        else:
+            buffer = self.buffer_bytes(stage_bytes, lanes=lanes, fsspec=fsspec)
         access = _Counting(
             source,
             o,
@@ -212,7 +319,7 @@ class TarReader:
             order=o.order,
             adaptive=o.adaptive,
             max_items=max(o.max_items, lanes),
-            max_bytes=self.buffer_bytes(stage_bytes, lanes=lanes, fsspec=_fsspec(source)),
+            max_bytes=buffer,
             name="shards",
             threads=o.threads,
             on_threads=(
@@ -258,6 +365,7 @@ def shards(
     min_rate_bps: float | None = 1024,
     rate_window_s: float = 10.0,
     block_bytes: int | str = "1MiB",
+    max_request_bytes: int | str | None = None,
     max_member_bytes: int | str = "1GiB",
     max_sample_bytes: int | str | None = None,
     max_shard_bytes: int | str | None = "64GiB",
@@ -297,8 +405,10 @@ def shards(
             and logged, at most ``max_failures`` per worker.
         storage_options: fsspec options (``endpoint_url``, ``key``, ``secret``, ``anon``).
         retries, backoff_s, max_backoff_s, timeout_s, min_rate_bps, rate_window_s,
-            block_bytes: ``open_stream`` options (retries resume at the byte offset; a
-            connection slower than ``min_rate_bps`` is a fault).
+            block_bytes, max_request_bytes: ``open_stream`` options (retries resume at the
+            byte offset; a connection slower than ``min_rate_bps`` is a fault). Inside a
+            ``Loader`` the lanes' read buffers are charged to its ``max_bytes`` (module
+            docstring) and cut where they would take over half of it.
         max_member_bytes, max_sample_bytes, max_shard_bytes: untrusted-shard limits.
         cache_dir, cache_limit: a node-local folder to cache remote shards in (shared by
             every worker and rank on the node; written while the shards stream, read

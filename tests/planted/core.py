@@ -10,6 +10,29 @@ m = planted("")
 
 MUTANTS = [
     m(
+        "budget: a Loader does not charge the shard lanes' read buffers to max_bytes",
+        "streambuf/loader.py",
+        "        if reads:\n            self.read_bytes = max(",
+        "        if False:\n            self.read_bytes = max(",
+        "tests/sources/test_loader_shards.py::test_a_loader_charges_the_read_buffers_to_max_bytes",
+        "tests/sources/test_s3.py::test_a_loader_charge_caps_the_s3_requests",
+    ),
+    m(
+        "budget: a worker's lanes read with the options as set, not the Loader's charge",
+        "streambuf/sources/pipe.py",
+        '        allot = getattr(ctx, "read_bytes", None)  # a Loader\'s charge for the reads',
+        "        allot = None",
+        "tests/sources/test_s3.py::test_a_loader_charge_caps_the_s3_requests",
+        "tests/sources/test_loader_shards.py::test_read_sizes_fit_the_charge_largest_request_first",
+    ),
+    m(
+        "opener: an fsspec stream's requests grow to 8 blocks whatever max_request_bytes says",
+        "streambuf/io/opener.py",
+        "        self._cap = max(self._block, int(max_request or FETCH_GROWTH * self._block))",
+        "        self._cap = FETCH_GROWTH * self._block",
+        "tests/sources/test_s3.py::test_a_loader_charge_caps_the_s3_requests",
+    ),
+    m(
         "adaptive map: inline starts one item before the threads' items are all delivered",
         "streambuf/prefetch.py",
         "return self._delivered == self._next_index",

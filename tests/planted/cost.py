@@ -70,7 +70,7 @@ MUTANTS += [
     _m(
         "fsspec reads: every request stays one block (no growth)",
         "streambuf/io/opener.py",
-        "            self._want = min(2 * self._want, FETCH_GROWTH * self._block)",
+        "            self._want = min(2 * self._want, self._cap)",
         "            self._want = self._block",
         "tests/sources/test_s3.py::test_s3_resume_through_faulty_proxy",
     ),
@@ -84,7 +84,7 @@ MUTANTS += [
     _m(
         "fsspec reads: a small object's rest comes in growing requests, not one",
         "streambuf/io/opener.py",
-        "                want = rest if rest <= FETCH_GROWTH * self._block else min(want, rest)",
+        "                want = rest if rest <= self._cap else min(want, rest)",
         "                want = min(want, rest)",
         "tests/sources/test_s3.py::test_s3_small_object_is_one_request",
     ),

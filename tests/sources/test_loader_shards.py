@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import pickle
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,79 @@ def test_stage_grant_bounds_the_lane_buffer(ten_shards: Path) -> None:
     assert reader.buffer_bytes(None, lanes=3) == 256 * MIB  # outside a Loader: max_bytes
     assert reader.buffer_bytes(40 * MIB, lanes=3) == 31 * MIB  # minus 3 x (2 + 1) MiB
     assert reader.buffer_bytes(8 * MIB, lanes=3) == 4 * MIB  # never below half the grant
+
+
+def test_a_loader_charges_the_read_buffers_to_max_bytes(ten_shards: Path) -> None:
+    """The lanes' read buffers (2 blocks and the readahead a lane) are fixed bytes a
+    worker: charged whole where they fit in half of max_bytes, else cut to that half.
+    They were taken off the stage grant, which kept half for the samples: below it they
+    sat outside max_bytes (8 lanes over S3: ~88 MiB a worker on any budget)."""
+    pipe = sb.shards(str(ten_shards / "*.tar"), lanes=3).batch(4)
+    as_set = 3 * (2 + 1) * MIB
+    assert pipe._src.read_bytes() == as_set
+    roomy = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB")
+    assert roomy.read_bytes == as_set and roomy.fixed_bytes == 2 * as_set
+    assert roomy.stats().fixed_bytes == 2 * as_set
+    assert roomy.credit_bytes + roomy.fixed_bytes + 2 * roomy.stage_bytes <= 64 * MIB
+    tight = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="8MiB")
+    assert tight.read_bytes == 2 * MIB and tight.fixed_bytes == 4 * MIB  # half of 8
+    assert tight.credit_bytes + tight.fixed_bytes + 2 * tight.stage_bytes <= 8 * MIB
+    keys = keys_of(tight)  # and it reads every sample with the cut sizes
+    assert sorted(keys) == sorted(expected_keys(10, 12))
+    plain = sb.Loader(sb.Pipeline(list(range(4))), num_workers=0, max_batches=2, max_bytes="1MiB")
+    assert plain.read_bytes is None
+
+
+@pytest.mark.parametrize("fsspec", [False, True], ids=["http", "fsspec"])
+@pytest.mark.parametrize("allot_mib", [100, 20, 6, 1])
+def test_read_sizes_fit_the_charge_largest_request_first(
+    ten_shards: Path, fsspec: bool, allot_mib: int
+) -> None:
+    pipe = sb.shards(str(ten_shards / "*.tar"), lanes=4, readahead_bytes="1MiB")
+    reader = pipe._src.reader
+    allot = allot_mib * MIB
+    fit = reader.fit(allot, lanes=4, fsspec=fsspec)
+    held = 4 * (2 * fit.block + fit.readahead + (fit.request if fsspec else 0))
+    assert fit.over == 0 and held <= allot
+    as_set = 4 * (3 + (8 if fsspec else 0)) * MIB
+    if as_set <= allot:
+        assert (fit.block, fit.readahead, fit.request) == (MIB, MIB, 8 * MIB)
+    elif fsspec and 4 * 4 * MIB <= allot:  # the largest request is cut first
+        assert (fit.block, fit.readahead) == (MIB, MIB) and MIB <= fit.request < 8 * MIB
+    else:  # then the block and the readahead in proportion
+        assert fit.block < MIB and 0 < fit.readahead < MIB
+        assert abs(fit.readahead - fit.block) <= fit.block // 8
+        assert fit.request == (fit.block if fsspec else fit.request)
+        assert held >= allot * 0.9  # not cut further than needed
+    ctx = types.SimpleNamespace(worker=0, read_bytes=allot)
+    run = reader.open(
+        [str(p) for p in sorted(ten_shards.glob("*.tar"))],
+        ctx=ctx,
+        stage_bytes=3 * MIB,
+        stride=1,
+        offset=0,
+    )
+    if not fsspec:  # the worker reads with them; the stage grant is the samples' alone
+        o = run.access.options
+        assert (o.block_bytes, o.readahead_bytes) == (fit.block, fit.readahead)
+        assert run.max_bytes == 3 * MIB
+
+
+def test_a_charge_not_even_the_smallest_reads_fit_is_a_warning(
+    ten_shards: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pipe = sb.shards(str(ten_shards / "*.tar"), lanes=8)
+    reader = pipe._src.reader
+    fit = reader.fit(512 << 10, lanes=8)
+    assert fit.block == 64 << 10 and fit.readahead == 0
+    assert fit.over == 8 * 2 * (64 << 10) - (512 << 10)
+    urls = [str(p) for p in sorted(ten_shards.glob("*.tar"))]
+    ctx = types.SimpleNamespace(worker=0, read_bytes=512 << 10)
+    with caplog.at_level("INFO", logger="streambuf"):
+        for _ in range(3):  # said once
+            reader.open(urls, ctx=ctx, stage_bytes=MIB, stride=1, offset=0)
+    (rec,) = [r for r in caplog.records if "read buffers" in r.getMessage()]
+    assert rec.levelname == "WARNING" and "raise max_bytes, use fewer lanes" in rec.getMessage()
 
 
 def test_break_in_process_stops_the_lanes(server: FaultyServer, no_thread_leak: None) -> None:

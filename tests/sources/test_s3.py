@@ -121,3 +121,31 @@ def test_s3_bounded_read_requests_only_its_range(
             assert f.read() == want
         ranges = [r.headers["Range"] for r in proxy.records() if "Range" in r.headers]
     assert ranges and all(int(r.rsplit("-", 1)[1]) <= 3999 for r in ranges), ranges
+
+
+def test_a_loader_charge_caps_the_s3_requests(
+    moto_endpoint: str, s3_bucket: str, s3_options: dict[str, Any], shard_dir: Path
+) -> None:
+    """Over fsspec a lane holds what one request brought (8 blocks by default); in a
+    Loader whose max_bytes cannot hold that, the largest request is cut first: every GET
+    the server saw is at most the fitted size, and every sample comes once."""
+    import streambuf as sb
+
+    size = (shard_dir / "shard-000000.tar").stat().st_size
+    with FaultyServer(upstream=moto_endpoint) as proxy:
+        opts = {**s3_options, "endpoint_url": proxy.base_url, "skip_instance_cache": True}
+        pipe = sb.shards(
+            f"s3://{s3_bucket}/shard-{{000000..000003}}.tar",
+            lanes=2,
+            storage_options=opts,
+            block_bytes="16KiB",
+            readahead_bytes=0,
+            **FAST,
+        )
+        loader = sb.Loader(pipe.batch(5), num_workers=1, max_batches=2, max_bytes="256KiB")
+        fit = pipe._src.reader.fit(loader.read_bytes, lanes=2, fsspec=True)
+        assert fit.request < size < 8 * 16 * 1024  # one GET a shard, as set
+        keys = [k for b in loader for k in b["__key__"]]
+        assert sorted(keys) == sorted(expected_keys(4, 20))
+        gets = [r for r in proxy.records() if r.method == "GET" and "Range" in r.headers]
+        assert len(gets) >= 8 and max(r.bytes_sent for r in gets) <= fit.request
