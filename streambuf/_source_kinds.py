@@ -100,6 +100,12 @@ class SequenceSource:
         reads = getattr(self.reader, "read_bytes", None)
         return int(reads(self.shards)) if callable(reads) else 0
 
+    def read_cut(self, allot: int, workers: int) -> tuple[str, bool] | None:
+        """What a charge of ``allot`` bytes a worker does to the reads (``read_bytes``):
+        a sentence and whether they still pass it, or None where they are as set."""
+        note = getattr(self.reader, "cut_note", None)
+        return note(self.shards, allot, workers) if callable(note) else None
+
     def stats(self) -> PipelineStats:
         """A reader's counters (``shards()``, ``video.clips()``: its ``stats()``)."""
         counted = getattr(self.reader, "stats", None)

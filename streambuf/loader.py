@@ -29,6 +29,7 @@ then to the user; its credits are released at that hand-over.
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import sys
@@ -67,6 +68,7 @@ from .sharding import current_rank_world
 from .sizing import nbytes
 from .stats import LoaderStats, StatsLog
 
+_logger = logging.getLogger("streambuf")
 __all__ = ["Loader", "LoaderStats"]
 
 # left early without persistent workers: how long torch's shutdown may wait before the
@@ -215,6 +217,9 @@ class Loader:
         if reads:
             self.read_bytes = max(0, min(reads, (self.max_bytes // 2 - fixed) // copies))
             fixed += self.read_bytes * copies
+            cut = pipeline._src.read_cut(self.read_bytes, copies)
+            if cut is not None:
+                _logger.log(logging.WARNING if cut[1] else logging.INFO, "%s", cut[0])
         rest = self.max_bytes - fixed
         stage_total = rest // 4 if pipeline._has_stage_buffers() else 0
         self.stage_bytes = max(1, stage_total // copies) if stage_total else None

@@ -157,6 +157,18 @@ def test_the_auto_threads_curve_adds_rows_at_larger_budgets():
     assert by["streambuf 2, 1 a thread"]["map_peak_items"] > 0  # the stage's stats came back
 
 
+def test_the_read_charge_script_runs_tiny(capsys):
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    rows = _script("read_charge").main(["--tiny"])
+    assert [r["lanes"] for r in rows] == [3, "auto"]
+    assert all(r["samples"] == 32 and r["samples_per_s"] > 0 for r in rows)
+    # 16 MiB over 2 workers: half is 4 MiB a worker, below the reads as set (33, 88 MiB)
+    assert [r["charge_mib_a_worker"] for r in rows] == [4.0, 4.0]
+    assert [r["reads_as_set_mib_a_worker"] for r in rows] == [33.0, 88.0]
+    assert "over moto" in capsys.readouterr().out
+
+
 def test_the_benchmark_loader_takes_the_maps_depth_from_its_config():
     from streambuf.bench.workloads import _BUILDERS, SampleMaker
 

@@ -25,7 +25,8 @@ Invariants:
   ``max_bytes`` they are cut to fit that half (``TarReader.fit``): fsspec's largest
   request first (down to ``block_bytes``: the first request keeps its size), then
   ``block_bytes`` and ``readahead_bytes`` in proportion (the block to ``MIN_BLOCK``);
-  logged once, and a warning where not even that fits. The stage grant (``stage_bytes``)
+  the Loader says so when built (``cut_note``: the sizes, and the ``max_bytes`` that
+  keeps them as set; a warning where not even the smallest fit). The stage grant (``stage_bytes``)
   bounds the samples buffered between lanes and the pipeline, samples being parsed
   included. Without a charge (outside a Loader's workers: a mix's sources, the
   torchdata nodes) the reads come off the stage grant, which keeps at least half for the
@@ -175,8 +176,6 @@ class TarReader:
     publish_every_s: float = 1.0
     # lanes="auto": the threads each worker runs over its lanes (``stats().threads``)
     thread_counters: SharedCounters | None = field(default=None, compare=False)
-    # said once a process: the reads cut to fit a charge; a charge they cannot fit
-    _told: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.options.lanes == "auto" and self.thread_counters is None:
@@ -236,35 +235,28 @@ class TarReader:
                 ahead = max(0, ahead - max(1, ahead // 16))
         return ReadSizes(block, ahead, request, max(0, reads(block, ahead, request) - allot))
 
-    def _cut(self, o: ShardOptions, sizes: ReadSizes, allot: int, lanes: int) -> ShardOptions:
-        """``o`` with the fitted sizes (logged once where they differ from the options)."""
-        given = (o.block_bytes, o.readahead_bytes, self._request(int(o.block_bytes)))
-        if (sizes.block, sizes.readahead, sizes.request) == given:
-            return o
-        if not self._told:
-            object.__setattr__(self, "_told", True)
-            log.log(
-                logging.WARNING if sizes.over else logging.INFO,
-                "shards(): the Loader's max_bytes leaves %d lanes %d bytes of read buffers "
-                "a worker; they read with block_bytes=%d, readahead_bytes=%d and requests "
-                "of at most %d bytes (set: %d, %d, %d)%s",
-                lanes,
-                allot,
-                sizes.block,
-                sizes.readahead,
-                sizes.request,
-                *given,
-                f", and still need {sizes.over} bytes more: raise max_bytes, use fewer "
-                "lanes or fewer workers"
-                if sizes.over
-                else "",
-            )
-        return replace(
-            o,
-            block_bytes=sizes.block,
-            readahead_bytes=sizes.readahead,
-            max_request_bytes=sizes.request,
+    def cut_note(self, urls: Sequence[Any], allot: int, workers: int) -> tuple[str, bool] | None:
+        """What a Loader's charge of ``allot`` bytes a worker does to the reads (a
+        sentence, and whether they still pass it), or None where they are as set."""
+        o, lanes = self.options, self.options.lane_count
+        fit = self.fit(allot, lanes=lanes, fsspec=_fsspec(urls))
+        given = (int(o.block_bytes), int(o.readahead_bytes), self._request(int(o.block_bytes)))
+        if (fit.block, fit.readahead, fit.request) == given:
+            return None
+        need = 2 * workers * self.read_bytes(urls)
+        text = (
+            f"shards(): max_bytes leaves the {lanes} lanes' read buffers {allot} bytes a "
+            f"worker (half of max_bytes over {workers} worker(s)); they read with "
+            f"block_bytes={fit.block}, readahead_bytes={fit.readahead} and requests of at "
+            f"most {fit.request} bytes (set: {given[0]}, {given[1]}, {given[2]}): smaller "
+            f"reads, more requests. max_bytes >= {need} keeps them as set"
         )
+        if fit.over:
+            text += (
+                f"; even at the smallest they need {fit.over} bytes more a worker than "
+                "max_bytes allows: raise max_bytes, use fewer lanes or fewer workers"
+            )
+        return text, fit.over > 0
 
     def buffer_bytes(self, stage_bytes: int | None, *, lanes: int, fsspec: bool = False) -> int:
         """The byte bound of the lanes' buffer for a stage grant when no Loader charged
@@ -299,7 +291,12 @@ class TarReader:
         allot = getattr(ctx, "read_bytes", None)  # a Loader's charge for the reads
         if allot is not None:
             sizes = self.fit(allot, lanes=lanes, fsspec=fsspec)
-            o = self._cut(o, sizes, allot, lanes)
+            o = replace(
+                o,
+                block_bytes=sizes.block,
+                readahead_bytes=sizes.readahead,
+                max_request_bytes=sizes.request,
+            )
             buffer = int(stage_bytes) if stage_bytes is not None else int(o.max_bytes)
         else:
             buffer = self.buffer_bytes(stage_bytes, lanes=lanes, fsspec=fsspec)

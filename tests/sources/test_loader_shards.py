@@ -210,21 +210,27 @@ def test_read_sizes_fit_the_charge_largest_request_first(
         assert run.max_bytes == 3 * MIB
 
 
-def test_a_charge_not_even_the_smallest_reads_fit_is_a_warning(
+def test_a_cut_is_said_once_with_the_budget_that_keeps_the_reads(
     ten_shards: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pipe = sb.shards(str(ten_shards / "*.tar"), lanes=8)
+    pipe = sb.shards(str(ten_shards / "*.tar"), lanes=8).batch(4)
     reader = pipe._src.reader
     fit = reader.fit(512 << 10, lanes=8)
     assert fit.block == 64 << 10 and fit.readahead == 0
     assert fit.over == 8 * 2 * (64 << 10) - (512 << 10)
-    urls = [str(p) for p in sorted(ten_shards.glob("*.tar"))]
-    ctx = types.SimpleNamespace(worker=0, read_bytes=512 << 10)
     with caplog.at_level("INFO", logger="streambuf"):
-        for _ in range(3):  # said once
-            reader.open(urls, ctx=ctx, stage_bytes=MIB, stride=1, offset=0)
-    (rec,) = [r for r in caplog.records if "read buffers" in r.getMessage()]
-    assert rec.levelname == "WARNING" and "raise max_bytes, use fewer lanes" in rec.getMessage()
+        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB")  # 24 MiB a worker
+        said = [r for r in caplog.records if "read buffers" in r.getMessage()]
+        assert said and said[0].levelname == "INFO"
+        assert "max_bytes >= 100663296 keeps them as set" in said[0].getMessage()  # 96 MiB
+        caplog.clear()
+        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="2MiB")  # 512 KiB a worker
+        (rec,) = [r for r in caplog.records if "read buffers" in r.getMessage()]
+        assert rec.levelname == "WARNING"
+        assert "raise max_bytes, use fewer lanes or fewer workers" in rec.getMessage()
+        caplog.clear()
+        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="128MiB")  # as set
+        assert not [r for r in caplog.records if "read buffers" in r.getMessage()]
 
 
 def test_break_in_process_stops_the_lanes(server: FaultyServer, no_thread_leak: None) -> None:
