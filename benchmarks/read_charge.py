@@ -42,7 +42,7 @@ def one(urls: list[str], options: dict[str, Any], lanes: Any, max_bytes: int) ->
         .decode({"bin": to_tensor})
         .batch(16)
     )
-    as_set = pipe._src.read_bytes() if hasattr(pipe._src, "read_bytes") else None
+    as_set = pipe._src.read_bytes(2) if hasattr(pipe._src, "read_bytes") else None
     with memwatch.MemoryWatch() as watch:
         with sb.Loader(
             pipe, num_workers=2, max_batches=8, max_bytes=max_bytes, timeout_s=120

@@ -199,6 +199,15 @@ class Progress:
         out += [r for r in rows if (int(r[0]), int(r[1])) not in grouped]
         return out
 
+    def delivered_children(self, shards: Sequence[int], stride: int, offset: int) -> int:
+        """Children already delivered of the partly delivered samples the share hands out
+        again (each is one output less for it to deliver)."""
+        return sum(
+            len(row[3])
+            for row in self.pending_for(shards, stride, offset)
+            if len(row) > 3 and isinstance(row[3], list)
+        )
+
     def routed(self, shards: Sequence[int], stride: int, offset: int) -> int:
         """Pending samples the share hands out beyond its own (the other samples of the
         groups it finishes) less its own that another share's groups take."""

@@ -263,7 +263,10 @@ class SourceRun:
                     )
                 yield (shard, index), p[2], got.pop(index)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            # not waited for: closed by the garbage collector (an abandoned iteration),
+            # this may run inside another thread's start, where joining a thread hangs
+            # the process; the fetches left end on their own
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _describe(self, lane: int) -> str | None:
         shard = self._reading[lane]

@@ -94,17 +94,17 @@ class SequenceSource:
     def label(self, shard: int) -> str:
         return repr(self.shards[shard])[:200]
 
-    def read_bytes(self) -> int:
-        """A copy's read buffers as set (a reader's ``read_bytes``: ``shards()``' lanes),
-        which a Loader charges to its ``max_bytes``; 0: none."""
+    def read_bytes(self, workers: int = 1) -> int:
+        """A copy's read buffers as set (a reader's ``read_bytes``: ``shards()``' lanes)
+        among ``workers`` copies, which a Loader charges to its ``max_bytes``; 0: none."""
         reads = getattr(self.reader, "read_bytes", None)
-        return int(reads(self.shards)) if callable(reads) else 0
+        return int(reads(self.shards, workers)) if callable(reads) else 0
 
-    def read_cut(self, allot: int, workers: int) -> tuple[str, bool] | None:
+    def read_cut(self, allot: int, workers: int, other_fixed: int = 0) -> tuple[str, bool] | None:
         """What a charge of ``allot`` bytes a worker does to the reads (``read_bytes``):
         a sentence and whether they still pass it, or None where they are as set."""
         note = getattr(self.reader, "cut_note", None)
-        return note(self.shards, allot, workers) if callable(note) else None
+        return note(self.shards, allot, workers, other_fixed) if callable(note) else None
 
     def stats(self) -> PipelineStats:
         """A reader's counters (``shards()``, ``video.clips()``: its ``stats()``)."""

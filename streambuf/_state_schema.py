@@ -60,8 +60,10 @@ RESUME_HINT = OneOf(  # where a cursor's next sample starts
 )
 POS = List(Int(0), items=[Int(0, "shards")], min_len=2)
 ROW = List(items=[Int(0, "shards"), Int(0), FETCH_HINT, List(Int(0))], min_len=3)
-# partly delivered flattened groups: each the positions of its samples (``Ledger.groups``)
-GROUPS = List(List(List(Int(0), min_len=2), min_len=1))
+# partly delivered flattened groups: each the positions of its samples (``Ledger.groups``);
+# a mix's positions are (source, restart, *position)
+GROUPS = List(List(List(items=[Int(0, "shards"), Int(0)], min_len=2, max_len=2), min_len=1))
+MIX_GROUPS = List(List(List(Int(0), min_len=3), min_len=1))
 
 
 class MixRow(Spec):
@@ -140,7 +142,7 @@ class Snapshot(Spec):
                 "pending": List(MixRow() if mix else ROW),
                 "stages": MapOf(Int(0), STAGE),
             },
-            optional={"groups": GROUPS},
+            optional={"groups": MIX_GROUPS if mix else GROUPS},
         )
 
     def check(self, value: Any, path: str, env: Env) -> None:

@@ -212,12 +212,13 @@ class Loader:
         # the source's read buffers (shards' lanes) are fixed bytes too, charged whole
         # where they fit in what half of max_bytes leaves, else cut to that
         # (``TarReader.fit``, each worker reads with its charge: ``WorkerContext``)
-        reads = pipeline._src.read_bytes() if hasattr(pipeline._src, "read_bytes") else 0
+        reads = pipeline._src.read_bytes(copies) if hasattr(pipeline._src, "read_bytes") else 0
+        other = fixed // copies
         self.read_bytes: int | None = None
         if reads:
             self.read_bytes = max(0, min(reads, (self.max_bytes // 2 - fixed) // copies))
             fixed += self.read_bytes * copies
-            cut = pipeline._src.read_cut(self.read_bytes, copies)
+            cut = pipeline._src.read_cut(self.read_bytes, copies, other)
             if cut is not None:
                 _logger.log(logging.WARNING if cut[1] else logging.INFO, "%s", cut[0])
         rest = self.max_bytes - fixed

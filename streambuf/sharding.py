@@ -59,7 +59,9 @@ class Assignment:
         if progress is None:
             return sum(len(range(self.offset, sizes[i], self.stride)) for i in self.shards)
         left = sum(progress.remaining(i, sizes[i], self.stride, self.offset) for i in self.shards)
-        return left + progress.routed(self.shards, self.stride, self.offset)
+        left += progress.routed(self.shards, self.stride, self.offset)
+        # a partly delivered sample owes only its children not delivered yet
+        return left - progress.delivered_children(self.shards, self.stride, self.offset)
 
 
 @dataclass(frozen=True)

@@ -389,10 +389,13 @@ def _same_group(
         f"({' and '.join(map(str, saved))}: the samples it was made of); resumed, the "
         f"stage before flatten() made an output of the samples {now}, so the children "
         "delivered cannot be told apart from the new ones (skipping them would drop some "
-        "samples and repeat others). A resume gives that stage the same samples in the "
-        "same order only at the save's world size and num_workers, with no shuffle and no "
-        "unordered map before it: resume at the save's layout, make the maps before it "
-        "ordered, or make the stage's outputs depend on each sample alone"
+        "samples and repeat others). A resume hands the stage a partly delivered group's "
+        "samples first and together; the stage makes the same output only if nothing "
+        "before it reorders them (a shuffle, an unordered map, a resume at another layout "
+        "after one) and its grouping depends on those samples alone (a group cut short by "
+        "the end of a worker's stream is followed by other samples at another layout). "
+        "Resume at the save's world size and num_workers, save at an epoch's end, or make "
+        "the maps before the stage ordered"
     )
 
 

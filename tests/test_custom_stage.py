@@ -341,6 +341,23 @@ def test_an_elastic_resume_saved_before_its_first_item_owes_what_it_owed():
     assert sorted(_ints(first + list(again))) == list(range(40))
 
 
+def test_equal_batch_counts_after_an_elastic_resume_count_children_delivered():
+    """equalize="drop" after an elastic resume with partly delivered groups: each child
+    already delivered is one output less to make; counted as whole samples, the slot's
+    target was 2 too high, its stream ran out and started again: 0 and 1 twice."""
+
+    def make() -> sb.Pipeline:
+        pipe = sb.Pipeline(list(range(12)), seed=3, equalize="drop")
+        return pipe.compose(PairsKeepOdd()).flatten().batch(1)
+
+    kw = {"max_batches": 4, "max_bytes": "1MiB"}
+    first, state = _save_after(sb.Loader(make(), num_workers=2, **kw), 2)
+    assert all(w["groups"] for w in state["workers"])  # each worker mid-pair
+    again = sb.Loader(make(), num_workers=1, **kw)
+    again.load_state_dict(state)
+    assert sorted(_ints(first + list(again))) == list(range(12))
+
+
 def test_a_group_made_of_other_samples_on_resume_is_refused():
     """Where the stage does not make a partly delivered output of the same samples again,
     its children cannot be skipped by index: an error naming both groups, not a silent

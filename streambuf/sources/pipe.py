@@ -197,15 +197,23 @@ class TarReader:
         """``(lanes, order)`` a slot's shards are read with (``Source.lanes``)."""
         return self.options.lane_count, self.options.order
 
-    def read_bytes(self, urls: Sequence[Any]) -> int:
-        """A worker's read buffers with the options as set (module docstring)."""
+    def read_bytes(self, urls: Sequence[Any], workers: int = 1) -> int:
+        """A worker's read buffers with the options as set (module docstring), for
+        ``workers`` workers sharing ``urls``."""
+        o = self.options
         return self._reads(
-            self.options.lane_count,
+            self.lanes_for(urls, workers),
             _fsspec(urls),
-            int(self.options.block_bytes),
-            int(self.options.readahead_bytes),
-            self._request(int(self.options.block_bytes)),
+            int(o.block_bytes),
+            0 if _local(urls) else int(o.readahead_bytes),
+            self._request(int(o.block_bytes)),
         )
+
+    def lanes_for(self, urls: Sequence[Any], workers: int) -> int:
+        """The lanes a worker opens at most: ``lanes``, or fewer where its share of the
+        shards is smaller (``SourceRun``)."""
+        per_worker = -(-len(urls) // max(1, workers))
+        return max(1, min(self.options.lane_count, per_worker))
 
     def _request(self, block: int) -> int:
         cap = self.options.max_request_bytes
@@ -215,7 +223,9 @@ class TarReader:
     def _reads(lanes: int, fsspec: bool, block: int, ahead: int, request: int) -> int:
         return lanes * (2 * block + ahead + (request if fsspec else 0))
 
-    def fit(self, allot: int, *, lanes: int, fsspec: bool = False) -> ReadSizes:
+    def fit(
+        self, allot: int, *, lanes: int, fsspec: bool = False, local: bool = False
+    ) -> ReadSizes:
         """Read sizes whose buffers fit ``allot`` bytes (module docstring): as set where
         they do; else fsspec's largest request cut first (to ``block_bytes``), then the
         block and the readahead in proportion (the block to ``MIN_BLOCK``). ``over``:
@@ -223,6 +233,14 @@ class TarReader:
         o = self.options
         block, ahead = int(o.block_bytes), int(o.readahead_bytes)
         request = self._request(block)
+        if local:  # local files are not read ahead (``TarAccess``): nothing to count
+            sizes = self._fit(allot, lanes, fsspec, block, 0, request)
+            return ReadSizes(sizes.block, ahead, sizes.request, sizes.over)
+        return self._fit(allot, lanes, fsspec, block, ahead, request)
+
+    def _fit(
+        self, allot: int, lanes: int, fsspec: bool, block: int, ahead: int, request: int
+    ) -> ReadSizes:
         reads = functools.partial(self._reads, lanes, fsspec)
         if fsspec and reads(block, ahead, request) > allot:
             request = max(block, min(request, allot // max(1, lanes) - 2 * block - ahead))
@@ -235,21 +253,28 @@ class TarReader:
                 ahead = max(0, ahead - max(1, ahead // 16))
         return ReadSizes(block, ahead, request, max(0, reads(block, ahead, request) - allot))
 
-    def cut_note(self, urls: Sequence[Any], allot: int, workers: int) -> tuple[str, bool] | None:
+    def cut_note(
+        self, urls: Sequence[Any], allot: int, workers: int, other_fixed: int = 0
+    ) -> tuple[str, bool] | None:
         """What a Loader's charge of ``allot`` bytes a worker does to the reads (a
-        sentence, and whether they still pass it), or None where they are as set."""
-        o, lanes = self.options, self.options.lane_count
-        fit = self.fit(allot, lanes=lanes, fsspec=_fsspec(urls))
+        sentence, and whether they still pass it), or None where they are as set;
+        ``other_fixed``: the other fixed bytes a worker (``pack``'s block)."""
+        o, lanes = self.options, self.lanes_for(urls, workers)
+        fsspec, local = _fsspec(urls), _local(urls)
+        fit = self.fit(allot, lanes=lanes, fsspec=fsspec, local=local)
         given = (int(o.block_bytes), int(o.readahead_bytes), self._request(int(o.block_bytes)))
         if (fit.block, fit.readahead, fit.request) == given:
             return None
-        need = 2 * workers * self.read_bytes(urls)
+        need = 2 * workers * (self.read_bytes(urls, workers) + other_fixed)
+        sizes = f"block_bytes={fit.block}" + ("" if local else f", readahead_bytes={fit.readahead}")
+        sizes += f" and requests of at most {fit.request} bytes" if fsspec else ""
         text = (
             f"shards(): max_bytes leaves the {lanes} lanes' read buffers {allot} bytes a "
-            f"worker (half of max_bytes over {workers} worker(s)); they read with "
-            f"block_bytes={fit.block}, readahead_bytes={fit.readahead} and requests of at "
-            f"most {fit.request} bytes (set: {given[0]}, {given[1]}, {given[2]}): smaller "
-            f"reads, more requests. max_bytes >= {need} keeps them as set"
+            f"worker (half of max_bytes over {workers} worker(s), less other fixed "
+            f"buffers); they read with {sizes} (set: block_bytes={given[0]}"
+            + ("" if local else f", readahead_bytes={given[1]}")
+            + (f", requests of {given[2]}" if fsspec else "")
+            + f"): smaller reads. max_bytes >= {need} keeps them as set"
         )
         if fit.over:
             text += (
@@ -289,8 +314,9 @@ class TarReader:
         lanes = o.lane_count
         fsspec = _fsspec(source)
         allot = getattr(ctx, "read_bytes", None)  # a Loader's charge for the reads
-        if allot is not None:
-            sizes = self.fit(allot, lanes=lanes, fsspec=fsspec)
+        if allot is not None:  # fitted as the Loader counted them (``read_bytes``)
+            counted = self.lanes_for(source, getattr(ctx, "num_workers", 1))
+            sizes = self.fit(allot, lanes=counted, fsspec=fsspec, local=_local(source))
             o = replace(
                 o,
                 block_bytes=sizes.block,
@@ -325,6 +351,13 @@ class TarReader:
                 else thread_gauge(self.thread_counters, ctx.worker)
             ),
         )
+
+
+def _local(urls: Sequence[Any]) -> bool:
+    """The shards are local files (a path or ``file://``)."""
+    return bool(len(urls)) and (
+        "://" not in str(urls[0]) or str(urls[0]).lower().startswith("file://")
+    )
 
 
 def _fsspec(urls: Sequence[Any]) -> bool:

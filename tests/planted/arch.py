@@ -113,6 +113,14 @@ MUTANTS = [
         f"{STAGE}::test_a_state_taken_before_a_resumed_group_is_made_again_still_names_it",
     ),
     _m(
+        "elastic: equal batch counts count a partly delivered sample whole (its delivered "
+        "children not taken off)",
+        "streambuf/sharding.py",
+        "        return left - progress.delivered_children(self.shards, self.stride, self.offset)",
+        "        return left",
+        f"{STAGE}::test_equal_batch_counts_after_an_elastic_resume_count_children_delivered",
+    ),
+    _m(
         "stage state: a stage owning state before a shuffle resumes a mid-epoch state anyway",
         "streambuf/_state.py",
         "    if unresumable is not None and not complete:",

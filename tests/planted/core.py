@@ -10,6 +10,13 @@ m = planted("")
 
 MUTANTS = [
     m(
+        "budget: the read charge counts every lane of the option and local readahead",
+        "streambuf/sources/pipe.py",
+        "        return max(1, min(self.options.lane_count, per_worker))",
+        "        return self.options.lane_count",
+        "tests/sources/test_loader_shards.py::test_a_loader_charges_the_read_buffers_to_max_bytes",
+    ),
+    m(
         "budget: a Loader does not charge the shard lanes' read buffers to max_bytes",
         "streambuf/loader.py",
         "        if reads:\n            self.read_bytes = max(",

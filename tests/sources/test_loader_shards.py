@@ -160,13 +160,14 @@ def test_a_loader_charges_the_read_buffers_to_max_bytes(ten_shards: Path) -> Non
     They were taken off the stage grant, which kept half for the samples: below it they
     sat outside max_bytes (8 lanes over S3: ~88 MiB a worker on any budget)."""
     pipe = sb.shards(str(ten_shards / "*.tar"), lanes=3).batch(4)
-    as_set = 3 * (2 + 1) * MIB
-    assert pipe._src.read_bytes() == as_set
+    as_set = 3 * 2 * MIB  # local files: two blocks a lane, no readahead
+    assert pipe._src.read_bytes(2) == as_set
+    assert pipe._src.read_bytes(5) == 2 * 2 * MIB  # 2 shards a worker: 2 lanes
     roomy = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB")
     assert roomy.read_bytes == as_set and roomy.fixed_bytes == 2 * as_set
     assert roomy.stats().fixed_bytes == 2 * as_set
     assert roomy.credit_bytes + roomy.fixed_bytes + 2 * roomy.stage_bytes <= 64 * MIB
-    tight = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="8MiB")
+    tight = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="8MiB")  # 2 MiB a worker
     assert tight.read_bytes == 2 * MIB and tight.fixed_bytes == 4 * MIB  # half of 8
     assert tight.credit_bytes + tight.fixed_bytes + 2 * tight.stage_bytes <= 8 * MIB
     keys = keys_of(tight)  # and it reads every sample with the cut sizes
@@ -205,31 +206,36 @@ def test_read_sizes_fit_the_charge_largest_request_first(
         offset=0,
     )
     if not fsspec:  # the worker reads with them; the stage grant is the samples' alone
+        local = reader.fit(allot, lanes=4, local=True)  # (no readahead counted: local)
         o = run.access.options
-        assert (o.block_bytes, o.readahead_bytes) == (fit.block, fit.readahead)
+        assert (o.block_bytes, o.readahead_bytes) == (local.block, MIB)
+        assert 4 * 2 * local.block <= allot or local.block == 64 << 10
         assert run.max_bytes == 3 * MIB
 
 
 def test_a_cut_is_said_once_with_the_budget_that_keeps_the_reads(
-    ten_shards: Path, caplog: pytest.LogCaptureFixture
+    server: FaultyServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pipe = sb.shards(str(ten_shards / "*.tar"), lanes=8).batch(4)
+    pipe = sb.shards(spec(server, 10), lanes=8, **FAST).batch(4)
     reader = pipe._src.reader
-    fit = reader.fit(512 << 10, lanes=8)
+    fit = reader.fit(512 << 10, lanes=5)
     assert fit.block == 64 << 10 and fit.readahead == 0
-    assert fit.over == 8 * 2 * (64 << 10) - (512 << 10)
+    assert fit.over == 5 * 2 * (64 << 10) - (512 << 10)
+    as_set = 5 * 3 * MIB  # 10 shards over 2 workers: 5 lanes a worker, 3 MiB each
+    assert pipe._src.read_bytes(2) == as_set
     with caplog.at_level("INFO", logger="streambuf"):
-        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB")  # 24 MiB a worker
+        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="16MiB")  # 4 MiB a worker
         said = [r for r in caplog.records if "read buffers" in r.getMessage()]
         assert said and said[0].levelname == "INFO"
-        assert "max_bytes >= 100663296 keeps them as set" in said[0].getMessage()  # 96 MiB
+        assert f"max_bytes >= {2 * 2 * as_set} keeps them as set" in said[0].getMessage()
+        assert "requests" not in said[0].getMessage()  # an fsspec matter only
         caplog.clear()
         sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="2MiB")  # 512 KiB a worker
         (rec,) = [r for r in caplog.records if "read buffers" in r.getMessage()]
         assert rec.levelname == "WARNING"
         assert "raise max_bytes, use fewer lanes or fewer workers" in rec.getMessage()
         caplog.clear()
-        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="128MiB")  # as set
+        sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes=f"{2 * 2 * as_set}B")
         assert not [r for r in caplog.records if "read buffers" in r.getMessage()]
 
 
