@@ -101,7 +101,9 @@ def test_loader_budget_counts_float_image_batches_at_their_true_size(tmp_path, i
     urls = make_shards(tmp_path / "shards")
     pipe = sb.shards(urls, seed=3).decode("torchrgb").to_tuple("jpg;png", "cls").batch(BATCH)
     batch_bytes = BATCH * FLOAT_IMAGE + BATCH * 8  # float32 images + int64 labels
-    max_bytes = 26 * batch_bytes  # a quarter to the stage buffers, ~19.5 batches of credit
+    # the lanes' read buffers first (fixed: half of max_bytes here), then a quarter of
+    # the rest to the stage buffers: ~9.75 batches of credit
+    max_bytes = 26 * batch_bytes
     loader = sb.Loader(
         pipe,
         num_workers=2,
@@ -124,7 +126,9 @@ def test_loader_budget_counts_float_image_batches_at_their_true_size(tmp_path, i
     b = s.budget
     assert b is not None
     limit = b.max_bytes
-    assert s.stage_bytes is not None and limit == max_bytes - max_bytes // 4
+    rest = max_bytes - s.fixed_bytes
+    assert s.fixed_bytes == 2 * (max_bytes // 2 // 2)  # the reads: 2 lanes of 2 MiB, cut
+    assert s.stage_bytes is not None and limit == rest - rest // 4
     # the accounting is of the true size: the bytes it counted are the consumer's own sum
     assert s.bytes == sum(sizes), (s.bytes, sum(sizes))
     assert b.oversize == 0 and b.overshoot <= 2  # the first batch of each worker: estimate
