@@ -12,13 +12,18 @@ with ``pad`` (``document_ids`` -1 there).
 
 **Exactly once, and resume.** A document cut over several blocks is the
 ledger's business, not the stage's: each piece of it is a child of the document's
-position, numbered by the token offset where the piece *ends* (``(shard, index, end)``,
-the mechanism ``flatten`` uses for its children), and a block's members are its pieces.
+position, numbered by the token range it holds (``(shard, index, piece)`` with ``piece =
+start * (size + 1) + end``, ``size`` the document's length with its ``eos``: the
+mechanism ``flatten`` uses for its children), and a block's members are its pieces.
 Delivering a block settles its pieces; a document is owed until its last piece is
-delivered, and a saved state lists, for each document owed, the piece ends already
+delivered, and a saved state lists, for each document owed, the pieces already
 delivered. A resumed run (exact, or elastic at another worker count or world size) is
-handed the owed documents again with those ends, and the stage starts each at the
-largest: every token is delivered exactly once. After an exact resume the blocks are
+handed the owed documents again with those pieces, and the stage packs each document's
+ranges not delivered, in order: every token is delivered exactly once, whatever order
+the blocks were delivered in (an unordered ``map`` after ``pack`` delivers a document's
+later piece before an earlier one). A piece number below ``size + 1`` is the range
+``[0, end)`` (a state written before ranges were numbered: pieces were delivered in
+order then). After an exact resume the blocks are
 the same as without the stop (the replayed stream is the same, so is the cut); after an
 elastic one, the blocks near the seam differ (a slot packs the remainders it was given,
 in its own order), not the tokens. The stage keeps no state of its own.
@@ -146,6 +151,27 @@ class Pack(Stage):
         return doc
 
 
+def piece(size: int, start: int, end: int) -> int:
+    """The child number of the piece ``[start, end)`` of a document of ``size`` tokens."""
+    return start * (size + 1) + end
+
+
+def owed_ranges(size: int, delivered: list[int] | None) -> list[tuple[int, int]]:
+    """The ranges ``[start, end)`` of a document of ``size`` tokens not in the pieces
+    ``delivered`` (child numbers, ``piece``), in order; ``[(0, size)]`` when none was
+    delivered, ``[]`` when nothing is owed (an empty document included)."""
+    done = sorted(divmod(p, size + 1) for p in delivered or ())
+    out: list[tuple[int, int]] = []
+    at = 0
+    for start, end in done:
+        if start > at:
+            out.append((at, start))
+        at = max(at, end)
+    if at < size:
+        out.append((at, size))
+    return out
+
+
 class _PackRun:
     """One run of ``Pack``: the block being filled (its tokens and document ids written
     in place, so it holds exactly ``12 * seq_len`` bytes whatever the documents)."""
@@ -189,30 +215,32 @@ class _PackRun:
             except Exception as exc:
                 add_note(exc, f"streambuf: raised in stage 'pack' on {describe(rec.value)}")
                 raise
-            done = partial.pop(rec.pos, None)  # piece ends delivered before a resume
-            off = max(done) if done else 0
             size = len(tokens)
-            if off >= size:  # nothing (left) to pack: owed to nobody with this block
+            # the ranges not delivered before a resume (all of it on a first run)
+            todo = owed_ranges(size, partial.pop(rec.pos, None))
+            if not todo:  # nothing (left) to pack: owed to nobody with this block
                 self.members.append(rec)
                 continue
             self.doc = tokens
             first = True
-            while off < size:
-                end = min(size, off + n - self.fill)
-                if end < size:
-                    ledger.expanded(rec, 2)  # this piece, and the rest of the document
-                at = self.fill
-                self.tokens[at : at + end - off] = tokens[off:end]
-                if first:
-                    self.docs += 1
-                    first = False
-                self.ids[at : at + end - off] = self.docs - 1
-                self.members.append(Rec(None, (*rec.pos, end), rec.seq))
-                self.fill += end - off
-                off = end
-                if self.fill == n:
-                    yield self._block(last=False)
-                    first = True  # (the rest of it is document 0 of the next block)
+            stop = todo[-1][1]
+            for off, upto in todo:
+                while off < upto:
+                    end = min(upto, off + n - self.fill)
+                    if end < stop:
+                        ledger.expanded(rec, 2)  # this piece, and the rest owed
+                    at = self.fill
+                    self.tokens[at : at + end - off] = tokens[off:end]
+                    if first:
+                        self.docs += 1
+                        first = False
+                    self.ids[at : at + end - off] = self.docs - 1
+                    self.members.append(Rec(None, (*rec.pos, piece(size, off, end)), rec.seq))
+                    self.fill += end - off
+                    off = end
+                    if self.fill == n:
+                        yield self._block(last=False)
+                        first = True  # (the rest of it is document 0 of the next block)
             self.doc = None
         if self.fill and not cfg.drop_last:
             yield self._block(last=True)

@@ -94,7 +94,7 @@ def block_tokens(batch: Any) -> list[int]:
 
 # -- what a block holds ------------------------------------------------------------------
 def expected_blocks(
-    lengths: list[int], seq: int, eos: int | None, drop_last: bool
+    lengths: list[int], seq: int, eos: int | None, drop_last: bool, pad: int = 0
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The blocks and document ids a plain Python packing loop makes."""
     stream: list[tuple[int, int]] = []  # (token, document)
@@ -111,7 +111,7 @@ def expected_blocks(
         for _, d in part:
             if d not in docs:
                 docs.append(d)
-        blocks.append([t for t, _ in part] + [0] * (seq - len(part)))
+        blocks.append([t for t, _ in part] + [pad] * (seq - len(part)))
         ids.append([docs.index(d) for _, d in part] + [-1] * (seq - len(part)))
     return blocks, ids
 
@@ -159,6 +159,24 @@ def test_tensors_lists_and_arrays_of_any_integer_dtype_are_documents() -> None:
     ]
     got = list(sb.Pipeline(docs).pack(3))
     assert [b["tokens"].tolist() for b in got] == [[1, 2, 3], [4, 5, 6]]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=8),
+    seq=st.integers(1, 12),
+    pad=st.sampled_from([0, 3, 999_998]),
+)
+def test_eos_zero_and_a_pad_token_in_the_last_block(lengths: list[int], seq: int, pad: int) -> None:
+    """``eos=0`` is a token like any other (not "no eos"), and the last block is padded
+    with ``pad``, its document ids -1 there."""
+    docs = [{"tokens": [d * 1000 + j + 1 for j in range(n)]} for d, n in enumerate(lengths)]
+    got = list(sb.Pipeline(docs).pack(seq, eos=0, drop_last=False, pad=pad))
+    stream = [t for d, n in enumerate(lengths) for t in [*(d * 1000 + j + 1 for j in range(n)), 0]]
+    assert [t for b in got for t in b["tokens"].tolist()] == stream + [pad] * (-len(stream) % seq)
+    _, ids = expected_blocks(lengths, seq, 0, False, pad)
+    assert [b["document_ids"].tolist() for b in got] == ids
+    assert all(b["tokens"].dtype == torch.int64 for b in got)
 
 
 # -- resume ------------------------------------------------------------------------------
@@ -342,3 +360,39 @@ def test_what_pack_holds_is_its_block_and_the_document_being_cut() -> None:
     assert sum(len(b["tokens"]) for b in ld) == sum(map(len, docs)) // seq
     (stage,) = [s for s in ld.stats().stages if s.stage == "pack"]
     assert 12 * seq <= stage.peak_bytes <= 12 * seq + 8 * long_doc
+
+
+# -- a reordering map after pack -----------------------------------------------------------
+def _late_evens(block: Any) -> Any:
+    """Holds back every block whose first token is in an even block of its document, so
+    an unordered map delivers later pieces of a document before earlier ones."""
+    import time
+
+    first = int(block["tokens"][0])
+    if (first % 1000) // 16 % 2 == 0:
+        time.sleep(0.03)
+    return block
+
+
+def unordered_pack_loader(*, workers: int = 0) -> sb.Loader:
+    docs = [{"tokens": np.arange(d * 1000, d * 1000 + 300)} for d in range(4)]
+    pipe = (
+        sb.Pipeline(docs)
+        .pack(16, drop_last=False)
+        .map(_late_evens, threads=4, ordered=False)
+        .batch(2)
+    )
+    return sb.Loader(pipe, num_workers=workers, max_batches=4, max_bytes="4MiB", timeout_s=60)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop", [2, 5, 11])
+def test_an_unordered_map_after_pack_resumes_every_token_once(workers: int, stop: int) -> None:
+    """Blocks delivered out of order settle a document's later pieces before its earlier
+    ones: the state owes the pieces not delivered, wherever they lie in the document."""
+    kw = {"workers": workers}
+    first, state = save_after(unordered_pack_loader, kw, stop, ids=block_tokens)
+    rest, _ = resume_and_finish(unordered_pack_loader, kw, state, ids=block_tokens)
+    counted_once(
+        [t for b in first + rest for t in b], [d * 1000 + j for d in range(4) for j in range(300)]
+    )

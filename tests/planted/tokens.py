@@ -1,4 +1,4 @@
-"""The planted bugs of token streams (issue 29): ``pack`` and ``token_files``. Each must
+"""The planted bugs of token streams: ``pack`` and ``token_files``. Each must
 make the tests named beside it fail."""
 
 from __future__ import annotations
@@ -13,24 +13,38 @@ _m = planted("tokens")
 
 MUTANTS = [
     _m(
-        "pack: a piece is numbered by where it starts, not where it ends",
+        "pack: a piece is numbered by where it starts, not by its range",
         "streambuf/packing.py",
-        "self.members.append(Rec(None, (*rec.pos, end), rec.seq))",
-        "self.members.append(Rec(None, (*rec.pos, off), rec.seq))",
+        "Rec(None, (*rec.pos, piece(size, off, end)), rec.seq)",
+        "Rec(None, (*rec.pos, off), rec.seq)",
         f"{P}::test_a_checkpoint_inside_a_long_document_keeps_its_offset",
+    ),
+    _m(
+        "pack: a piece is numbered by its end alone (blocks assumed delivered in order)",
+        "streambuf/packing.py",
+        "Rec(None, (*rec.pos, piece(size, off, end)), rec.seq)",
+        "Rec(None, (*rec.pos, piece(size, 0, end)), rec.seq)",
+        f"{P}::test_an_unordered_map_after_pack_resumes_every_token_once",
+    ),
+    _m(
+        "pack: a range owed before a delivered piece is not packed again",
+        "streambuf/packing.py",
+        "        if start > at:\n            out.append((at, start))",
+        "        if False:\n            out.append((at, start))",
+        f"{P}::test_an_unordered_map_after_pack_resumes_every_token_once",
     ),
     _m(
         "pack: the rest of a cut document is not owed any more",
         "streambuf/packing.py",
-        "                if end < size:\n                    ledger.expanded(rec, 2)",
-        "                if False:\n                    ledger.expanded(rec, 2)",
+        "                    if end < stop:\n                        ledger.expanded(rec, 2)",
+        "                    if False:\n                        ledger.expanded(rec, 2)",
         f"{P}::test_elastic_resume_two_to_three_workers_every_token_once",
     ),
     _m(
         "pack: a resumed document starts at its first token again",
         "streambuf/packing.py",
-        "            off = max(done) if done else 0",
-        "            off = 0",
+        "todo = owed_ranges(size, partial.pop(rec.pos, None))",
+        "todo = owed_ranges(size, partial.pop(rec.pos, None) and None)",
         f"{P}::test_a_checkpoint_inside_a_long_document_keeps_its_offset",
     ),
     _m(
@@ -144,5 +158,19 @@ MUTANTS = [
         "    if len(set(names)) < len(names):  # (a/chunk-0.bin, b/chunk-0.bin: the paths tell)",
         "    if False:",
         f"{T}::test_files_of_one_name_in_two_folders_are_told_apart",
+    ),
+    _m(
+        "pack: eos=0 taken for no eos",
+        "streambuf/packing.py",
+        "        if self.eos is not None:",
+        "        if self.eos:",
+        f"{P}::test_eos_zero_and_a_pad_token_in_the_last_block",
+    ),
+    _m(
+        "pack: the last block is padded with 0 whatever pad says",
+        "streambuf/packing.py",
+        "        self.tokens = np.full(n, self.cfg.pad, dtype=np.int64)",
+        "        self.tokens = np.full(n, 0, dtype=np.int64)",
+        f"{P}::test_eos_zero_and_a_pad_token_in_the_last_block",
     ),
 ]
