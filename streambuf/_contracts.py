@@ -133,6 +133,12 @@ class Source(Protocol):
         ("" for a list of shards; a mix: its sources' whole fingerprints)."""
         ...
 
+    def identity(self) -> str:
+        """What the source adds to the identity of the data beyond its shard list, in
+        order, without its stages (``streambuf._state.data_identity``: what ranks must
+        agree on): a sequence's items' identity, a mix's sources' data identities."""
+        ...
+
     def lanes(self) -> tuple[int, str] | None:
         """``(lanes, order)`` a slot's shards are read with (before the cap at its shard
         count), or None when it cannot be known: an exact resume restores each lane's

@@ -8,6 +8,11 @@ with a URL's query string and fragment dropped (so ``.../train-000001.tar?X-Amz-
 re-signed, or the same files copied to another folder, keep their identity). Size and
 ETag are not part of it: knowing them would cost a stat or a request per shard.
 
+Where several shards of one list share a name (``en/000.tar`` and ``fr/000.tar``), each
+of them is identified by as many trailing path components as tell them apart
+(``shard_names``); a saved identity matches a current one when either is the other's
+trailing path, and must match exactly one.
+
 Only pipelines whose items are shard references have names: a ``reader=`` or
 ``expand=`` pipeline over strings or paths (``sb.shards``, ``sb.video.clips``,
 ``Pipeline(paths, expand=...)``). Any other list (plain items, ints, objects) is
@@ -22,8 +27,9 @@ encoding is canonical (equal lists <=> equal encodings) and computed once per pi
 ``remap(saved, current)`` is the rule for a changed list (docs/design.md):
 
 * the same names in the same order (duplicates allowed): positions as saved (None);
-* otherwise every saved name must appear exactly once in the new list, and once in the
-  saved list: the old -> new index list; the new list may hold *more* shards (appended:
+* otherwise every saved name must match exactly one shard of the new list (the same
+  identity, or one that is the other's trailing path), and no two saved names the same
+  one: the old -> new index list; the new list may hold *more* shards (appended:
   read in the rest of the epoch);
 * a saved shard missing from the new list (removed or replaced), or a name that is not
   unique where it must be mapped: ``ValueError`` naming the shards.
@@ -38,7 +44,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["decode_names", "encode_names", "remap", "shard_name", "state_names"]
+__all__ = ["decode_names", "encode_names", "remap", "shard_name", "shard_names", "state_names"]
 
 _NUMBERED = re.compile(r"^(.*?)([0-9]+)([^0-9]*)$", re.DOTALL)
 _CACHE: weakref.WeakKeyDictionary[Any, list[Any] | None] = weakref.WeakKeyDictionary()
@@ -57,6 +63,56 @@ def shard_name(item: Any) -> str | None:
     if "://" in item:  # a URL: its query string and fragment are not its identity
         item = item.split("#", 1)[0].split("?", 1)[0]
     return item.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _components(item: Any) -> list[str] | None:
+    """The path components of one shard reference (a URL's scheme, host, query string
+    and fragment dropped), or None when it is not one."""
+    if shard_name(item) is None:
+        return None
+    if isinstance(item, tuple):
+        item = item[1]
+    if isinstance(item, os.PathLike):
+        item = os.fspath(item)
+    if isinstance(item, bytes):
+        item = item.decode("utf-8", "surrogateescape")
+    if "://" in item:
+        item = item.split("#", 1)[0].split("?", 1)[0].split("://", 1)[1]
+        item = item.split("/", 1)[1] if "/" in item else ""
+    return [c for c in item.rstrip("/").split("/") if c] or [shard_name(item) or ""]
+
+
+def shard_names(items: Sequence[Any]) -> list[str] | None:
+    """Each shard's identity in a list (None: not a list of shard references): its name
+    (``shard_name``), or, where several shards of the list share a name (``en/000.tar``,
+    ``fr/000.tar``), as many of the last path components as tell them apart (the whole
+    path where none does: the same file listed twice). The same files in another folder
+    keep their identities; each group of equal names is extended on its own, so a shard
+    added elsewhere in the list does not change the others'."""
+    parts = [_components(x) for x in items]
+    if any(p is None for p in parts):
+        return None
+    comps: list[list[str]] = parts  # type: ignore[assignment]
+    names = [c[-1] for c in comps]
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        groups.setdefault(n, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        longest = max(len(comps[i]) for i in members)
+        for k in range(2, longest + 1):
+            tails = ["/".join(comps[i][-k:]) for i in members]
+            if len(set(tails)) == len(tails) or k == longest:
+                for i, t in zip(members, tails):
+                    names[i] = t
+                break
+    return names
+
+
+def _same_shard(saved: str, now: str) -> bool:
+    """Two identities name the same shard when one is the other's trailing path."""
+    return saved == now or saved.endswith("/" + now) or now.endswith("/" + saved)
 
 
 def state_names(pipe: Any) -> list[Any] | None:
@@ -138,8 +194,13 @@ def remap(saved: Sequence[Any] | None, saved_count: int, pipe: Any) -> list[int]
         )
     if old == new:
         return None
-    in_new, in_old = Counter(new), Counter(old)
-    missing = [n for n in old if n not in in_new]
+    by_name: dict[str, list[int]] = {}
+    for j, n in enumerate(new):
+        by_name.setdefault(n.rsplit("/", 1)[-1], []).append(j)
+    found = [
+        [j for j in by_name.get(n.rsplit("/", 1)[-1], ()) if _same_shard(n, new[j])] for n in old
+    ]
+    missing = [n for n, f in zip(old, found) if not f]
     if missing:
         raise ValueError(
             f"{len(missing)} shard(s) of the saved run are not in this pipeline's list: "
@@ -147,7 +208,8 @@ def remap(saved: Sequence[Any] | None, saved_count: int, pipe: Any) -> list[int]
             "progress would be lost or other data delivered in their place): restore them, "
             "or start the epoch without load_state_dict()"
         )
-    ambiguous = sorted({n for n in old if in_old[n] > 1 or in_new[n] > 1})
+    taken = Counter(j for f in found for j in f)
+    ambiguous = sorted({n for n, f in zip(old, found) if len(f) > 1 or taken[f[0]] > 1})
     if ambiguous:
         raise ValueError(
             f"the shard list changed and these names are not unique, so the saved "
@@ -155,5 +217,4 @@ def remap(saved: Sequence[Any] | None, saved_count: int, pipe: Any) -> list[int]
             "identified by name (last path component, query string dropped): keep the "
             "saved order, or give the shards unique names"
         )
-    where = {n: i for i, n in enumerate(new)}
-    return [where[n] for n in old]
+    return [f[0] for f in found]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._access import ExpandAccess, ItemAccess
 from ._counters import PipelineStats
-from ._identity import shard_name
+from ._identity import shard_name, shard_names
 from ._ledger import Ledger, Rec
 from ._source import SourceRun
 from .sharding import Assignment, assign
@@ -59,8 +59,7 @@ class SequenceSource:
             return None
         if len(self.shards) and shard_name(self.shards[0]) is None:
             return None
-        names = [shard_name(x) for x in self.shards]
-        return None if any(n is None for n in names) else names  # type: ignore[return-value]
+        return shard_names(self.shards)
 
     def fingerprint(self) -> str:
         """ "" (the shard list is checked by identity, ``streambuf._identity``), or what
@@ -68,6 +67,9 @@ class SequenceSource:
         blocks name their files, whose order the block numbers depend on)."""
         identity = getattr(self.shards, "state_identity", None)
         return f";items[{identity()}]" if callable(identity) else ""
+
+    def identity(self) -> str:
+        return self.fingerprint()  # the items' identity is all a sequence adds
 
     def lanes(self) -> tuple[int, str] | None:
         """Items and ``expand``: one inline lane; a reader says its own (``lanes()``:
@@ -196,6 +198,9 @@ class IterableSource:
         return None
 
     def fingerprint(self) -> str:
+        return ""
+
+    def identity(self) -> str:
         return ""
 
     def lanes(self) -> None:

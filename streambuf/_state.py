@@ -112,6 +112,15 @@ def fingerprint(pipe: PipelineView) -> str:
     return f"{pipe.num_shards()}{digest}|{shape(pipe)}"
 
 
+def data_identity(pipe: PipelineView) -> str:
+    """The data a pipeline reads and its order, without its stages: the shard count and
+    names (``fingerprint``'s head) and what the Source adds (``Source.identity``: a
+    sequence's items, e.g. ``token_files``' files and block counts; a mix's sources,
+    each by its own). Ranks whose identities differ split the data differently
+    (``checkpointing.check_ranks``)."""
+    return fingerprint(pipe).split("|", 1)[0] + pipe._src.identity()
+
+
 _DIGESTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _ITEMS = re.compile(r";items\[[^\]]*\]")  # a sequence of items' identity, in a shape
 _HAS_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (

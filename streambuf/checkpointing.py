@@ -39,12 +39,12 @@ def _agreement(loader: Loader) -> dict[str, Any]:
     and its counts, and ``num_workers`` (the slots). Not the stages, the seed of a
     pipeline that does not shuffle its shards, nor ``in_order``: a rank may configure
     those for itself (a device, a per-rank augmentation seed) without moving a sample."""
-    from ._state import fingerprint
+    from ._state import data_identity
 
     pipe = loader.pipeline
     sharding = pipe._sharding
     return {
-        "shard list": fingerprint(pipe).split("|", 1)[0],
+        "shard list": data_identity(pipe),
         "seed (shuffle_shards)": pipe.seed if sharding.shuffle_shards else None,
         "equalize": [sharding.equalize, sharding.samples_per_shard],
         "num_workers": loader.num_workers,

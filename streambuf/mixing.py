@@ -115,6 +115,11 @@ class MixSpec:
 
         return f"mix[{self.stop};{','.join(fingerprint(p) for p in self.pipelines)}]"
 
+    def identity(self) -> str:
+        from ._state import data_identity
+
+        return f"mix[{','.join(data_identity(p) for p in self.pipelines)}]"
+
     def lanes(self) -> None:
         return None  # each source's own, inside its snapshot
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._identity import shard_name
+from ._identity import shard_names
 from ._units import check_bool, check_int, parse_count
 from .io.cache import cached_file
 from .io.opener import open_stream
@@ -59,8 +59,8 @@ class _Blocks(Sequence[tuple[int, int]]):
 
     A saved position is a block number, which means a file and a block only for the
     same files in the same order: ``state_identity()`` (in the state's fingerprint) is a
-    digest of the files' names (``streambuf._identity.shard_name``: a moved folder or a
-    re-signed URL keeps it; the whole path, query dropped, where two files share a name)
+    digest of the files' names (``streambuf._identity.shard_names``: a moved folder or a
+    re-signed URL keeps it; the trailing folders that tell apart files of one name)
     and block counts, so a state does not load into a list that is reordered, or that
     swaps a file for another with as many blocks."""
 
@@ -299,10 +299,8 @@ def token_files(
                 "file (another dtype=, or a header to strip?)"
             )
         counts.append(max(0, (size // itemsize - overlap) // seq_len))
-    names = [shard_name(u) for u in files]
-    if len(set(names)) < len(names):  # (a/chunk-0.bin, b/chunk-0.bin: the paths tell)
-        names = [redact(u, secrets=secrets_of(storage_options)).split("?", 1)[0] for u in files]
-    blocks = _Blocks(counts, names)
+    names = shard_names(files)  # (a/chunk-0.bin, b/chunk-0.bin: the folders tell)
+    blocks = _Blocks(counts, names or ())
     pipe = Pipeline(
         blocks,
         shuffle_shards=shuffle,

@@ -79,6 +79,40 @@ def _disagree() -> tuple[list, list | None]:
             seen.append(f"{what}: passed")
         except ValueError as exc:
             seen.append(f"{what}: {exc}")
+    # every source kind's identity: token files and a mix's sources, listed in another
+    # order on rank 1 (each lists the same data: the order alone splits it otherwise)
+    import tempfile
+
+    import numpy as np
+
+    folder = tempfile.mkdtemp(prefix=f"streambuf-ranks-{rank}-")
+    files = []
+    for k, n in enumerate((64, 96, 128)):
+        path = f"{folder}/tokens-{k}.bin"
+        np.arange(n, dtype=np.uint16).tofile(path)
+        files.append(path)
+
+    def token_loader(order) -> sb.Loader:
+        pipe = sb.token_files(order, seq_len=8, seed=0).batch(2)
+        return sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB")
+
+    def mix_loader(first: int) -> sb.Loader:
+        a = sb.Pipeline(names[:3], expand=_two)
+        b = sb.Pipeline(names[3:], expand=_two)
+        pipes = [a, b] if first == 0 else [b, a]
+        pipe = sb.mix(pipes, weights=[1, 1]).batch(2, collate=list)
+        return sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB")
+
+    for what, make in (
+        ("token_files order", lambda: token_loader(files[::-1] if rank else files)),
+        ("mix source order", lambda: mix_loader(rank)),
+    ):
+        try:
+            sb.check_ranks(make())
+            seen.append(f"{what}: passed")
+        except ValueError as exc:
+            seen.append(f"{what}: {exc}")
+    sb.check_ranks(token_loader(files))  # the same files in each rank's own folder agree
     differing = loader(seed=rank)
     try:
         sb.DistributedState(differing).state_dict()
@@ -316,4 +350,6 @@ def test_ranks_that_split_the_data_differently_are_refused(runs: dict[str, Any])
         assert "disagree on seed (shuffle_shards) (rank 0: 0, rank 1: 1)" in seen[1], (rank, seen)
         assert "disagree on shard list" in seen[2], (rank, seen)
         assert "disagree on num_workers (rank 0: 0, rank 1: 1)" in seen[3], (rank, seen)
-        assert "lost and repeated" in seen[4] and "pin a number" in seen[4], (rank, seen)
+        assert "disagree on shard list" in seen[4], (rank, seen)  # token_files order
+        assert "disagree on shard list" in seen[5], (rank, seen)  # a mix's source order
+        assert "lost and repeated" in seen[6] and "pin a number" in seen[6], (rank, seen)

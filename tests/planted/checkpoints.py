@@ -67,4 +67,18 @@ MUTANTS = [
         "        if False:",
         "tests/test_dcp.py::test_ranks_that_split_the_data_differently_are_refused",
     ),
+    _m(
+        "ranks compare the shard count and names, not the items' identity (token_files)",
+        "streambuf/_source_kinds.py",
+        "        return self.fingerprint()  # the items' identity is all a sequence adds",
+        '        return ""',
+        "tests/test_dcp.py::test_ranks_that_split_the_data_differently_are_refused",
+    ),
+    _m(
+        "ranks compare a mix by its source count alone",
+        "streambuf/mixing.py",
+        "(data_identity(p) for p in self.pipelines)",
+        "(str(len(self.pipelines)))",
+        "tests/test_dcp.py::test_ranks_that_split_the_data_differently_are_refused",
+    ),
 ]
