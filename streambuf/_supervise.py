@@ -19,6 +19,12 @@ exception, so an error raised by the user's own code (which travels as a
   with a non-zero code or a signal -> ``WorkerError`` naming it, its pid and how it ended
   (within ``poll_s``). ``timeout_s`` exceeded -> ``WorkerError`` naming the workers the
   loop waits for.
+* **On a clock, batches flowing or not.** The processes are looked at after each empty
+  slice and, every ``CHECK_S`` of wall time, as messages arrive and batches are handed
+  out: as ready (``in_order=False``) the other workers' batches keep every slice full, so
+  a check made only when a slice comes back empty saw a death only once the survivors'
+  shares were done (seconds to minutes later). The check costs a clock read per message;
+  the processes' exit codes are read at most every ``CHECK_S``.
 * **Polling, not signals.** torch raises a worker's death from its SIGCHLD handler,
   i.e. in the main thread *wherever it happens to be*, user code included, as a plain
   ``RuntimeError``. The supervisor takes its workers off that watch.
@@ -50,6 +56,7 @@ __all__ = ["POLL_S", "Supervisor", "kill_workers"]
 log = logging.getLogger("streambuf")
 
 POLL_S = 1.0
+CHECK_S = 0.5  # the most wall time between two looks at the processes while batches flow
 
 
 def _ended(w: Any, active: bool) -> str:
@@ -105,12 +112,15 @@ class Supervisor:
         timeout_s: float | None,
         poll_s: float = POLL_S,
         grace_s: float = 0.5,
+        check_s: float = CHECK_S,
     ) -> None:
         self.dl_iter = dl_iter
         self.workers = list(getattr(dl_iter, "_workers", []))
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.grace_s = grace_s
+        self.check_s = min(check_s, poll_s)
+        self._next_check = time.monotonic() + self.check_s
         self.silenced = False  # the watch killed the workers for not answering
         _unwatch(dl_iter)
         self._since: float | None = None
@@ -146,7 +156,7 @@ class Supervisor:
         t0 = time.monotonic()
         with self.waiting():
             try:
-                return next(it)
+                item = next(it)
             except (StopIteration, WorkerError):
                 raise
             except Exception as exc:  # e.g. unpickling a batch from a worker just killed
@@ -155,6 +165,22 @@ class Supervisor:
                 if cause is exc:
                     raise
                 raise cause from exc
+        self._on_clock()  # (a batch torch had stored is handed out with no wait at all)
+        return item
+
+    def _on_clock(self, active: list[bool] | None = None) -> None:
+        """Look at the processes when ``check_s`` has passed since the last look, and
+        raise the death found. ``active`` as for ``_failure`` (None: the workers whose end
+        of stream has not arrived by now)."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.check_s
+        if active is None:
+            active = list(getattr(self.dl_iter, "_workers_status", []))
+        err = self._failure(waited_s=0.0, active=active)
+        if err is not None:
+            raise err
 
     def _get(self) -> Any:
         """The iterator's ``_get_data``: one message from the workers, supervised."""
@@ -169,10 +195,12 @@ class Supervisor:
                 if cause is exc:
                     raise
                 raise cause from exc
-            if ok:
+            if ok:  # batches flowing (from the other workers, maybe): on the clock
+                self._on_clock(active)
                 return data
             if it._pin_memory and not it._pin_memory_thread.is_alive():
                 raise RuntimeError("the DataLoader's pin-memory thread exited unexpectedly")
+            self._next_check = time.monotonic() + self.check_s
             err = self._failure(waited_s=time.monotonic() - t0, active=active)
             if err is not None:
                 raise err

@@ -5,7 +5,8 @@
   several seconds): no ``WorkerError``, with ``timeout_s`` unset or set, fork and spawn,
   in order or as ready, and with idle workers (more workers than items).
 * Dead: it exited before its end of stream (code 0 included), or with a non-zero code or
-  a signal: ``WorkerError`` naming that worker, within about two seconds.
+  a signal: ``WorkerError`` naming that worker, within about two seconds, in order or
+  as ready, also while the other workers keep delivering batches.
 * Persistent workers survive any number of ``break``/re-iterate cycles, with slow
   batches in flight and the CPU busy.
 """
@@ -151,6 +152,34 @@ def test_sigkill_of_one_worker_is_reported_within_two_seconds():
     assert time.monotonic() - t0 < 2.5
     text = str(info.value)
     assert f"worker 1 (pid {victim}) was killed by signal SIGKILL" in text, text
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_dead_worker_is_reported_while_the_others_keep_delivering(in_order):
+    """SIGKILL one of 3 workers while the other two keep delivering a batch every few
+    milliseconds: the death is reported within seconds in order *and* as ready. As ready,
+    batches of the survivors never stop arriving, so a check of the processes made only
+    when a poll comes back empty saw the death only once their shares were done (here
+    20 s each). Worker 1's items take a minute: it never has a batch queued that would
+    expose its death when unpickled."""
+    items = [(i, 60.0 if i % 3 == 1 else 0.02) for i in range(3000)]  # i % 3: its worker
+    pipe = Pipeline(items).map(nap).batch(1)
+    loader = Loader(pipe, num_workers=3, max_batches=6, max_bytes="1MiB", in_order=in_order)
+    it = iter(loader)
+    next(it)  # worker 0's first batch: all three workers run
+    victim = loader.worker_pids()[1]
+    os.kill(victim, signal.SIGKILL)
+    t0 = time.monotonic()
+    after = 0
+    with pytest.raises(WorkerError) as info:
+        for _ in it:
+            after += 1
+    took = time.monotonic() - t0
+    assert took < 3.0, (took, after)  # the survivors' shares would take 20 s
+    text = str(info.value)
+    assert f"worker 1 (pid {victim}) was killed by signal SIGKILL" in text, text
+    assert "worker 0" not in text and "worker 2" not in text, text
 
 
 def test_a_stopped_worker_is_named_not_a_finished_one():

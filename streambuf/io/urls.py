@@ -15,9 +15,10 @@ The order is the spec's order: braces and lists in the written order, each glob 
 
 ``redact`` removes credentials from a URL or from any text (an error message, a log
 line). Every message streambuf builds about a source passes through it, so that no log
-or exception shows ``user:password@`` in a URL, a signed-URL query parameter
-(``X-Amz-Signature``, ``X-Amz-Credential``, ``sig``, ``token``, ...), an
-``Authorization`` header, or a value of a sensitive ``storage_options`` key.
+or exception shows ``user:password@`` in a URL, the value of a secret query parameter,
+header or ``name=value`` pair (``X-Amz-Signature``, ``sig``, ``api-key``,
+``x-api-key``, ``Authorization``, ...), or a value of a secret ``storage_options`` key.
+Which names are secret is one rule, ``is_secret_name``, used for all of them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
-__all__ = ["UrlSpec", "expand_urls", "redact", "secrets_of"]
+__all__ = ["UrlSpec", "expand_urls", "is_secret_name", "redact", "secrets_of"]
 
 UrlSpec = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
@@ -176,30 +177,83 @@ def expand_urls(spec: UrlSpec, /, *, storage_options: Mapping[str, Any] | None =
 
 
 # -- redaction -----------------------------------------------------------------------
-_SENSITIVE = (
-    r"[a-z0-9_\-]*(?:signature|credential|secret|password|passwd|pwd|token|sig|auth"
-    r"|apikey|api_key|access_key|session|private)[a-z0-9_\-]*|key"
+# Which names are secret: one rule (``is_secret_name``) for query parameters, header
+# lines, ``name=value`` pairs of messages and ``storage_options`` keys. Matched on the
+# name lowercased with ``-`` and ``_`` dropped.
+_SECRET_NAME = re.compile(
+    r"(?:secret|password|passwd|passphrase|credential|jwt|session)"
+    r"|(?:key|token|auth|authorization|sig|signature|pwd)(?:id)?$"
 )
+_NAME_SEPARATORS = str.maketrans("", "", "-_")
 _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]+@")
-_QUERY = re.compile(rf"(?i)([?&;](?:{_SENSITIVE})=)[^&#\s'\"<>]*")
-_AUTH_HEADER = re.compile(
-    r"(?i)\b(authorization|x-amz-security-token)(['\"]?\s*[:=]\s*['\"]?)"
-    r"(?:(?:basic|bearer|aws4-hmac-sha256)\s+)?[^'\"\n,}]+"
+# ``?name=value`` / ``&name=value`` in a URL's query string
+_QUERY_PAIR = re.compile(r"([?&;])([^=&#?;\s'\"<>]+)=([^&#\s'\"<>]*)")
+# ``name=value``, ``name: value`` (a header line), ``'name': 'value'`` in any text; an
+# HTTP auth scheme before the value (``Authorization: Bearer ...``) stays shown. The value
+# is looked at, not taken, so that a harmless pair's value can itself be a secret pair
+# (``failed: api-key=...``)
+_TEXT_PAIR = re.compile(
+    r"(?<![\w\-])(['\"]?)(_*[a-zA-Z][\w\-]*)\1\s*[:=]\s*"
+    r"(?=((?:basic|bearer|digest|token|negotiate|ntlm|oauth|dpop|hoba|mutual|sharedkey"
+    r"|sharedkeylite|aws4-hmac-sha256|goog4-rsa-sha256)\s+)?"
+    r"('[^'\n]+'|\"[^\"\n]+\"|[^'\"\s,}&)]+))",
+    re.IGNORECASE,
 )
-_KV = re.compile(
-    r"(?i)(?<![\w\-])((?:aws_)?(?:secret(?:_access)?_key|secret|password|passwd|token"
-    r"|session_token|security_token|access_key(?:_id)?|api_key|key))"
-    r"(['\"]?\s*[:=]\s*)(['\"]?)([^'\"\s,}&)]+)"
-)
-_STORAGE_SECRET_KEYS = re.compile(r"(?i)(secret|password|passwd|token|key|credential|sig|auth)")
 _MASK = "***"
 
 
-def secrets_of(storage_options: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The string values of sensitive keys in ``storage_options`` (nested dicts too).
+def is_secret_name(name: object) -> bool:
+    """Whether ``name`` (a query parameter, a header, a ``storage_options`` key, the
+    name of a ``name=value`` pair in a message) names a credential: the one rule every
+    redaction here applies.
 
-    Sensitive: any key containing secret, password, token, key, credential, sig or auth
-    (``key``, ``secret``, ``token``, ``aws_secret_access_key``, ``client_kwargs`` ...).
+    The name is lowercased and its ``-`` and ``_`` dropped, so ``X-Api-Key``,
+    ``x_api_key``, ``apikey`` and ``apiKey`` are alike. It is secret if it
+
+    * contains ``secret``, ``password``, ``passwd``, ``passphrase``, ``credential``,
+      ``jwt`` or ``session`` anywhere (``client_secret``, ``X-Goog-Credential``,
+      ``jwt_assertion``, ``sessionid``), or
+    * ends with ``key``, ``token``, ``auth``, ``authorization``, ``sig``, ``signature``
+      or ``pwd``, maybe followed by ``id`` (``api-key``, ``x-api-key``,
+      ``subscription-key``, ``Ocp-Apim-Subscription-Key``, ``AccountKey``,
+      ``access_key_id``, ``access_token``, ``id-token``, ``X-Amz-Security-Token``,
+      ``Authorization``, ``auth``, ``sig`` of an Azure SAS, ``X-Amz-Signature``).
+
+    These short words count only at the end because they also start or sit inside names
+    users need to see: ``keyframe``, ``keys``, ``tokens``, ``token_files``,
+    ``tokenizer``, ``author``, ``signal``, ``X-Amz-SignedHeaders``,
+    ``signature_version`` stay shown (as do ``page``, ``version``, ``X-Amz-Date``). A
+    name that merely ends in one (``monkey``) is hidden too: a harmless value hidden
+    costs less than a key shown. A sample's ``__field__`` names (``__key__``,
+    ``__url__``) are never secret.
+    """
+    text = str(name)
+    if len(text) > 4 and text.startswith("__") and text.endswith("__"):
+        return False
+    return _SECRET_NAME.search(text.lower().translate(_NAME_SEPARATORS)) is not None
+
+
+def _mask_query_pair(m: re.Match[str]) -> str:
+    return f"{m[1]}{m[2]}={_MASK}" if is_secret_name(m[2]) else m[0]
+
+
+def _mask_text_pairs(s: str) -> str:
+    out: list[str] = []
+    done = 0
+    for m in _TEXT_PAIR.finditer(s):
+        if m.start() < done or not is_secret_name(m[2]):
+            continue  # inside a value already masked, or not a secret
+        start, end = m.span(4)
+        quote = s[start] if s[start] in "'\"" else ""
+        out.append(f"{s[done:start]}{quote}{_MASK}{quote}")
+        done = end
+    return "".join(out) + s[done:]
+
+
+def secrets_of(storage_options: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The string values of secret keys in ``storage_options`` (nested dicts too:
+    ``client_kwargs``, ``headers``), secret by ``is_secret_name`` (``key``, ``secret``,
+    ``token``, ``password``, ``aws_secret_access_key``, ``x-api-key``, ``passphrase``...).
     Values shorter than 4 characters are left out (masking them would garble text).
     """
     found: list[str] = []
@@ -207,7 +261,7 @@ def secrets_of(storage_options: Mapping[str, Any] | None) -> tuple[str, ...]:
     def walk(obj: Any) -> None:
         if isinstance(obj, Mapping):
             for k, v in obj.items():
-                if isinstance(v, str) and _STORAGE_SECRET_KEYS.search(str(k)):
+                if isinstance(v, str) and is_secret_name(k):
                     if len(v) >= 4:
                         found.append(v)
                 else:
@@ -220,17 +274,21 @@ def secrets_of(storage_options: Mapping[str, Any] | None) -> tuple[str, ...]:
 def redact(text: object, /, *, secrets: Iterable[str] = ()) -> str:
     """Return ``str(text)`` with credentials replaced by ``***``.
 
-    Removes: the ``user:password@`` part of URLs; values of sensitive query parameters
-    (signatures, credentials, tokens, keys, passwords, Azure SAS fields); Authorization
-    headers; ``secret=...``/``'key': '...'`` style pairs; and every literal occurrence of
-    ``secrets`` (e.g. ``secrets_of(storage_options)``). Idempotent; never raises.
+    Removes: the ``user:password@`` part of URLs (whatever the user's name); the value of
+    every query parameter (``?api-key=``, ``&X-Amz-Signature=``, ``&sig=``), header line
+    (``x-api-key: ...``, ``Authorization: Bearer ...``, the scheme kept) and
+    ``name=value``/``'name': 'value'`` pair of the text whose name ``is_secret_name``
+    says is secret (containing secret, password, passphrase, credential or jwt, or
+    ending with key, token, auth, sig or signature; ``-`` and ``_`` alike: see there);
+    and every literal occurrence of ``secrets`` (e.g. ``secrets_of(storage_options)``).
+    Other names and values stay as they are: ``?page=2``, ``X-Amz-Date``, a sample's
+    ``__key__``. Idempotent; never raises.
     """
     s = str(text)
     for secret in secrets:
         if secret and len(secret) >= 4:
             s = s.replace(secret, _MASK)
     s = _USERINFO.sub(rf"\1{_MASK}@", s)
-    s = _QUERY.sub(rf"\1{_MASK}", s)
-    s = _AUTH_HEADER.sub(rf"\1\2{_MASK}", s)
-    s = _KV.sub(rf"\1\2\3{_MASK}", s)
+    s = _QUERY_PAIR.sub(_mask_query_pair, s)
+    s = _mask_text_pairs(s)
     return s

@@ -40,6 +40,20 @@ MUTANTS = [
         "tests/sources/test_s3.py::test_a_loader_charge_caps_the_s3_requests",
     ),
     m(
+        "redact: a secret name's `-` and `_` kept, so x-access-key-id and aws_access_key_id show",
+        "streambuf/io/urls.py",
+        "return _SECRET_NAME.search(text.lower().translate(_NAME_SEPARATORS)) is not None",
+        "return _SECRET_NAME.search(text.lower()) is not None",
+        "tests/sources/test_urls.py::TestSecretNames",
+    ),
+    m(
+        "redact: jwt is not a secret name",
+        "streambuf/io/urls.py",
+        'r"(?:secret|password|passwd|passphrase|credential|jwt)"',
+        'r"(?:secret|password|passwd|passphrase|credential)"',
+        "tests/sources/test_urls.py::TestSecretNames",
+    ),
+    m(
         "adaptive map: inline starts one item before the threads' items are all delivered",
         "streambuf/prefetch.py",
         "return self._delivered == self._next_index",
@@ -480,6 +494,13 @@ MUTANTS = [
         "if w.exitcode is not None and (active[i] or w.exitcode != 0)",
         "if w.exitcode is not None",
         "tests/test_loader_workers_end.py",
+    ),
+    m(
+        "supervisor: the processes are looked at only when a poll comes back empty",
+        "streambuf/_supervise.py",
+        "        if now < self._next_check:\n            return",
+        "        if True:\n            return",
+        "tests/test_loader_workers_end.py::test_a_dead_worker_is_reported_while_the_others_keep_delivering",
     ),
     m(
         "supervisor: a persistent iterator's reset waits unsupervised",
