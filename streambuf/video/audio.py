@@ -11,8 +11,11 @@ swresample's filter delay is under a millisecond), before the video frames are, 
 clip carries its audio when it is yielded. The runs are formed from every clip the
 sampler chose, wanted now or not, so a clip's samples are the same whichever of the
 video's clips are decoded with it (a slot's share, a resume's remainder). Samples of a span before the stream's first sample or after its last are
-zeros. A video without an audio stream is a ``VideoError`` (stage ``video.audio``)
-naming the file, or silence flagged ``missing`` with ``audio_missing="silence"``.
+zeros, and the clip is flagged ``missing`` when more than ``_UNCOVERED_S`` of its span
+lies there (an audio track that ends before the video, or starts after it): its audio is
+not all the stream's. A video without an audio stream is a ``VideoError`` (stage
+``video.audio``) naming the file, or silence flagged ``missing`` with
+``audio_missing="silence"``. ``DecodeStats.audio_missing`` counts the clips flagged.
 
 Memory: the audio of a video's wanted clips is held from the start of the video's
 decode until each clip is yielded (float32: 64 KiB a second at 16 kHz mono), and
@@ -48,6 +51,8 @@ _GAP_S = 1.0  # spans closer than this are decoded in one pass (no seek between)
 _PREROLL_S = 0.1  # decoded before a run's first span: the decoder's state settles
 _LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
 MAX_CHANNELS = 8  # a stream of more is downmixed to 7.1
+_UNCOVERED_S = 0.05  # a span may lie this far outside the decoded audio (an AAC frame's
+# padding, a last video frame longer than the audio) and not be flagged missing
 
 
 @dataclass
@@ -61,8 +66,10 @@ class AudioSamples:
         duration_seconds: ``samples / sample_rate`` (a batch: float64 ``[B]``).
         sample_rate: samples per second (one for the whole batch).
         lengths: None for one clip; a batch: int64 ``[B]``, each clip's sample count.
-        missing: the video has no audio stream and this is the silence
-            ``audio_missing="silence"`` asked for (a batch: bool ``[B]``).
+        missing: the clip's audio is not (all) the stream's: the video has no audio
+            stream and this is the silence ``audio_missing="silence"`` asked for, or its
+            audio ends before (or starts after) the clip's span, zeros standing for the
+            rest (a batch: bool ``[B]``).
         source, clip_index: for clips of audio files (``streambuf.audio``), the file's
             name and the clip's position in the sampler's list (a batch: a list of
             names, int64 ``[B]``); None for a video clip's audio (its ``Clip`` has them).
@@ -224,9 +231,12 @@ def clip_audio(
         lo = min(spans[c][0] for c in run)
         hi = max(spans[c][1] for c in run)
         t0, samples = decode_range(container, stream, lo, hi, rate, channels, name)
+        end = t0 + samples.shape[1] / rate  # (the stream's end, if it ends before hi)
         for c in run:
             if c in want:
                 out[c] = cut(samples, t0, spans[c], rate)
+                start, stop = spans[c]
+                out[c].missing = stop > end + _UNCOVERED_S or start < t0 - _UNCOVERED_S
     return out
 
 

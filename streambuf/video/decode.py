@@ -115,6 +115,8 @@ class DecodeStats:
         failures: videos that failed (raised or skipped).
         frames_skippable: packets sent with ``skip_frame="NONREF"`` (frames nothing
             needs; the decoder drops those no other frame references).
+        audio_missing: clips yielded whose audio is flagged ``missing`` (silence for a
+            video without audio, or audio that ends before the clip or starts after it).
     """
 
     videos: int = 0
@@ -124,6 +126,7 @@ class DecodeStats:
     seeks: int = 0
     failures: int = 0
     frames_skippable: int = 0
+    audio_missing: int = 0
 
     def snapshot(self) -> DecodeStats:
         return replace(self)
@@ -348,7 +351,7 @@ def _emit(
         for ci in by_last.get(i, ()):
             stats.clips += 1  # counted when handed out, even if the consumer stops here
             idx = clips[ci]
-            yield Clip(
+            clip = Clip(
                 data=pending.pop(ci),
                 pts_seconds=torch.from_numpy(info.pts_seconds[idx]),
                 duration_seconds=torch.from_numpy(info.frame_duration_seconds[idx]),
@@ -356,6 +359,9 @@ def _emit(
                 clip_index=ci,
                 audio=None if sound is None else sound.pop(ci),
             )
+            if clip.audio is not None and clip.audio.missing:
+                stats.audio_missing += 1
+            yield clip
 
 
 def _converter(

@@ -9,6 +9,9 @@ A = "tests/video/test_audio.py"
 F = "tests/video/test_audio_files.py"
 C = "tests/video/test_audio_channels.py"
 G = "tests/video/test_gpu_decode.py"
+B = "tests/video/test_audio_bounds.py"
+R = "tests/video/test_audio_grid.py"
+V = "tests/video/test_audio_video_edges.py"
 
 _m = planted("video2")
 
@@ -159,5 +162,61 @@ MUTANTS = [
         "                or not math.isfinite(value)\n",
         "                or False\n",
         f"{C}::test_nan_ranges_are_refused_by_every_sampler",
+    ),
+    _m(
+        "audio files: a header duration the stream cannot back is trusted (a duration bomb)",
+        "streambuf/audio/decode.py",
+        "    reached = _reach(container, stream, origin, duration)\n",
+        "    return duration\n",
+        f"{B}::test_a_duration_bomb_is_refused_by_every_sampler",
+    ),
+    _m(
+        "audio files: no cap on clips per file (a regular sampler lists what any header says)",
+        "streambuf/audio/samplers.py",
+        "    if count <= max_clips:",
+        "    if True:",
+        f"{B}::test_clips_per_file_are_capped_by_max_clips",
+    ),
+    _m(
+        "audio files: a genuine file whose size cannot back its header refused after the seek",
+        "streambuf/audio/decode.py",
+        "    if reached is not None and reached >= duration - max(_REACH_SLACK_S, 0.01 * duration):",
+        "    if False:",
+        f"{B}::test_every_genuine_file_passes_the_seek_that_checks_its_end",
+    ),
+    _m(
+        "audio files: regular clips counted without the float tolerance (0.7 s: a clip short)",
+        "streambuf/audio/samplers.py",
+        "        return math.floor((hi - lo) / self.seconds_between_clip_starts + 1e-9) + 1",
+        "        return math.floor((hi - lo) / self.seconds_between_clip_starts) + 1",
+        f"{R}::test_regular_clips_are_where_decimal_arithmetic_puts_them",
+    ),
+    _m(
+        "audio files: decode_member ignores the epoch (every epoch the same clips)",
+        "streambuf/audio/source.py",
+        "                epoch=self._epoch.value,",
+        "                epoch=0,",
+        f"{R}::test_decode_member_at_two_epochs_draws_different_clips",
+    ),
+    _m(
+        "audio: a video's clips past the end of its audio not flagged missing",
+        "streambuf/video/audio.py",
+        "out[c].missing = stop > end + _UNCOVERED_S or start < t0 - _UNCOVERED_S",
+        "out[c].missing = start < t0 - _UNCOVERED_S",
+        f"{V}::test_clips_outside_the_audio_are_flagged_missing_and_counted",
+    ),
+    _m(
+        "audio: clips whose audio is missing not counted",
+        "streambuf/video/decode.py",
+        "                stats.audio_missing += 1",
+        "                pass",
+        f"{V}::test_clips_outside_the_audio_are_flagged_missing_and_counted",
+    ),
+    _m(
+        "audio: a video of more than 8 audio channels decoded at its own count",
+        "streambuf/video/audio.py",
+        "    channels = spec.channels or min(stream.channels, MAX_CHANNELS)  # (more: down to 7.1)",
+        "    channels = spec.channels or stream.channels",
+        f"{V}::test_a_video_of_more_than_eight_channels",
     ),
 ]
