@@ -131,6 +131,7 @@ class Iteration:
             stage_bytes=self.stage_bytes,
             meter=meter,
             worker=ctx.worker,
+            equalize=self.pipe._sharding.equalize,
         )
         self._env = env
         it = self._open_source(env, resume)
@@ -200,6 +201,17 @@ class Iteration:
             if self.target is None or self.produced >= self.target:
                 self.last = True
                 return
+            mode = self.pipe._sharding.equalize
+            if mode == "drop":  # its count is within the slot's stream: never a repeat
+                ctx = self.ctx
+                raise ValueError(
+                    f"equalize='drop': rank {ctx.rank} worker {ctx.worker} must yield "
+                    f"{self.target} batches, counted from the samples per shard, and its "
+                    f"stream ended after {self.produced}: a stage dropped samples (a filter, "
+                    "a stage making one output of several), and starting the stream again "
+                    "would repeat samples. Use equalize='pad' (it repeats samples to fill the "
+                    "count, by design), or drop equalize"
+                )
             # a resumed pass may have had nothing left, and so may the first pass after
             # an elastic resume (``progress``: all of its share done); the next repeats
             if got == 0 and not resumed and (self.pass_index > 0 or self.progress is None):

@@ -105,6 +105,7 @@ class Stage(_Stage):
         return f"{type(self).__module__}.{type(self).__qualname__}{cfg}"
 
     def open(self, up: Iterator[Rec], env: Env, k: int, state: Any) -> Iterator[Rec]:
+        env.grouping = self.name
         run = _Run(self, env, k, state)
         if self.owns_state:
             env.snapshots[k] = run.snapshot

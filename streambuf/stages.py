@@ -96,6 +96,10 @@ class Env:
     held: dict[int, Callable[[], tuple[int, int]]] = field(default_factory=dict)  # probes
     meter: Any = None  # the pipeline's StageMeter (streambuf._meter), or None
     worker: int = 0  # this worker's row in the meter
+    # the pipeline's equalize: batch counts come from the samples per shard, so every
+    # sample reaching .batch() must stand for one sample read (``count_changed``)
+    equalize: str | None = None
+    grouping: str = "a stage before .batch()"  # the last user stage opened (its name)
 
     def seed_for(self, k: int, own: int | None) -> int:
         """Stage ``k``'s seed: hash of (its own seed or the pipeline's, epoch, rank,
@@ -358,11 +362,31 @@ class Flatten(Stage):
                 skip = env.partial.pop(rec.pos, None) or ()
                 if member and env.groups:
                     _same_group(rec, env.groups, member, skip)
+                values = list(rec.value)
+                if env.equalize is not None and len(values) != len(leaves(rec)):
+                    raise count_changed(self.name, len(values), len(leaves(rec)), rec, env.equalize)
                 children = [
-                    Rec(x, (*rec.pos, j), rec.seq) for j, x in enumerate(rec.value) if j not in skip
+                    Rec(x, (*rec.pos, j), rec.seq) for j, x in enumerate(values) if j not in skip
                 ]
                 ledger.expanded(rec, len(children))
             yield from children
+
+
+def count_changed(stage: str, made: int, given: int, rec: Rec, mode: str) -> ValueError:
+    """The error for a stage that changed the number of samples under ``equalize``:
+    its batch counts come from the samples per shard, so the slot would stop with samples
+    left (more made: lost) or run out and start its stream again (fewer: repeated)."""
+    where = list(leaves(rec)[0].pos)
+    more = made > given
+    return ValueError(
+        f"equalize={mode!r} counts batches from the samples per shard, one sample out for "
+        f"each sample read, and stage {stage!r} made {made} of {given} (the sample at "
+        f"{where}): {'more' if more else 'fewer'} samples than counted would "
+        f"{'be lost at the end of the count' if more else 'be repeated to fill it'}. "
+        "Drop equalize (and end ranks together another way: drop_last, or a step count), "
+        "or keep one output per sample before .batch() (a group flattened back into its "
+        "samples does)"
+    )
 
 
 def _same_group(
@@ -581,6 +605,10 @@ class Batch(Stage):
             col = Collator(self.n, self.collate)
             recs: list[Rec] = []
             while nxt is not None and col.count < self.n:
+                if env.equalize is not None and nxt.members is not None:
+                    given = len(leaves(nxt))
+                    if given != 1:  # a group (n -> 1) reached the batch unflattened
+                        raise count_changed(env.grouping, 1, given, nxt, env.equalize)
                 col.add(nxt.value)
                 nxt.value = None  # the batch holds it now
                 recs.append(nxt)

@@ -208,3 +208,61 @@ def test_stage_set_epoch_and_flatten():
     pipe = Pipeline([[1, 2], [3]]).flatten().map(fn)
     pipe.set_epoch(3)
     assert list(pipe) == [(3, 1), (3, 2), (3, 3)]
+
+
+# -- equalize with stages that change the number of samples --------------------------------
+def _twice(x):
+    return [x, x + 1000]
+
+
+class _Windows3(__import__("streambuf").Stage):
+    """Samples three at a time, one output each (n -> 1)."""
+
+    holds_samples = True
+
+    def iterate(self, samples, state):
+        held = []
+        for x in samples:
+            held.append(x)
+            if len(held) == 3:
+                yield sum(held)
+                held = []
+
+
+def _counting(mode, tail):
+    pipe = Pipeline(list(range(24)), equalize=mode, samples_per_shard=1, world_size=1, rank=0)
+    return tail(pipe).batch(2, collate=list)
+
+
+@pytest.mark.parametrize("mode", ["pad", "drop"])
+@pytest.mark.parametrize(
+    ("what", "tail"),
+    [
+        ("flatten", lambda p: p.map(_twice).flatten()),
+        ("_Windows3", lambda p: p.compose(_Windows3())),
+    ],
+)
+def test_equalize_refuses_a_stage_that_changes_the_sample_count(mode, what, tail):
+    """equalize counts batches from the samples per shard: a stage making more samples
+    than it was given (a flatten of two per sample: half of them were dropped) or fewer
+    (a window of three: every sample was delivered three times) is refused, naming it."""
+    with pytest.raises(ValueError, match=rf"equalize.*{what}.*(more|fewer)"):
+        list(_counting(mode, tail))
+
+
+def test_equalize_takes_a_group_flattened_back_to_its_samples():
+    """A stage's group of n samples flattened back into n keeps the count."""
+    from tests.test_custom_stage import Pairs
+
+    got = list(_counting("drop", lambda p: p.compose(Pairs()).flatten()))
+    assert sorted(x for b in got for x in b) == list(range(24))
+
+
+def test_equalize_drop_refuses_to_repeat_what_a_filter_dropped():
+    """'drop' keeps a prefix of each slot's stream: a filter that makes a slot short of
+    its count is an error, not its stream read again (repeated samples)."""
+    pipe = Pipeline(list(range(24)), equalize="drop", samples_per_shard=1, world_size=1, rank=0)
+    with pytest.raises(ValueError, match=r"equalize='drop'.*stream ended after 6.*repeat"):
+        list(pipe.filter(lambda x: x % 2).batch(2, collate=list))
+    padded = Pipeline(list(range(24)), equalize="pad", samples_per_shard=1, world_size=1, rank=0)
+    assert len(list(padded.filter(lambda x: x % 2).batch(2, collate=list))) == 12  # by design

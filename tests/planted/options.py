@@ -1,4 +1,4 @@
-"""The option-validation and decode-bound planted bugs (issue "Reliability II"):
+"""The option-validation and decode-bound planted bugs:
 ``tests/planted`` gathers them with the others (``python tests/mutants.py options`` for
 these alone). Each one must make the tests named beside it fail.
 
@@ -216,5 +216,26 @@ MUTANTS = [
         '    if all(t["batches"] < 2 for t in trials):',
         "    if False:",
         "tests/test_tune.py::test_a_pipeline_without_two_batches_is_not_tuned",
+    ),
+    _m(
+        "equalize: a flatten that makes more samples than it was given passes",
+        "streambuf/stages.py",
+        "if env.equalize is not None and len(values) != len(leaves(rec)):",
+        "if False:",
+        "tests/test_sharding.py::test_equalize_refuses_a_stage_that_changes_the_sample_count",
+    ),
+    _m(
+        "equalize: a group reaching .batch() unflattened counts as one sample",
+        "streambuf/stages.py",
+        "                    if given != 1:  # a group (n -> 1) reached the batch unflattened",
+        "                    if False:",
+        "tests/test_sharding.py::test_equalize_refuses_a_stage_that_changes_the_sample_count",
+    ),
+    _m(
+        "equalize='drop': a slot short of its count reads its stream again",
+        "streambuf/_iteration.py",
+        '            if mode == "drop":  # its count is within the slot\'s stream: never a repeat',
+        "            if False:",
+        "tests/test_sharding.py::test_equalize_drop_refuses_to_repeat_what_a_filter_dropped",
     ),
 ]
