@@ -6,6 +6,12 @@ after the worker built it; the tracker keeps, per worker, the snapshot of the la
 ``Loader.state_dict()`` needs: it never asks or pauses a worker, and batches that workers
 produced but the user has not received are not in it (they are re-derived on resume).
 
+Taken is not handed over: a batch is ``taken`` when it leaves the pipeline (its snapshot
+waits, in order, with the shares' ends), and counts only when the Loader's outermost
+layer hands it to the loop (``handed``, right at its ``yield``). Whatever runs between
+the two (the log sink, the depth tuner, a sizer, a device copy that runs batches ahead)
+may raise or hold batches back without leaving the state ahead of the loop or behind it.
+
 ``start()`` turns a loaded state (``streambuf._state``) into this iteration's plan: the
 epoch, the round-robin rotation (an in-order resume must continue with the worker that
 was due), and per worker what to resume from.
@@ -13,6 +19,7 @@ was due), and per worker what to resume from.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +78,8 @@ class RunTracker:
         self._snaps: list[dict[str, Any] | None] = [None] * self.num_workers
         self._next = 0
         self._before: Progress | None = None
+        # taken, not yet handed over, in order: (worker, snapshot, is a batch)
+        self._taken: deque[tuple[int, dict[str, Any] | None, bool]] = deque()
 
     def load(self, state: Any) -> None:
         loaded = _state.check_loadable(self.pipe, state)
@@ -111,10 +120,31 @@ class RunTracker:
         self._snaps = list(plan.workers)
         self._next = plan.rotation
         self._before = plan.progress
+        self._taken.clear()  # (what an iteration left early took and never handed over)
         return plan
 
-    def delivered(self, worker: int, snapshot: dict[str, Any] | None) -> None:
-        """The user received a batch of (logical) ``worker`` with this snapshot."""
+    def taken(self, worker: int, snapshot: dict[str, Any] | None, *, batch: bool = True) -> None:
+        """A batch of (logical) ``worker`` with this snapshot left the pipeline; it counts
+        when ``handed`` over. ``batch=False``: the worker's share ended without a batch,
+        which counts as soon as every batch taken before it was handed over."""
+        self._taken.append((worker, snapshot, batch))
+        self._settle()
+
+    def handed(self) -> None:
+        """The user received the oldest batch taken and not yet handed over."""
+        self._settle()
+        if self._taken:  # (empty only where a state was loaded during the iteration)
+            worker, snapshot, _ = self._taken.popleft()
+            self._delivered(worker, snapshot)
+            self._settle()
+
+    def _settle(self) -> None:
+        """Count the shares' ends that no batch still on its way precedes."""
+        while self._taken and not self._taken[0][2]:
+            worker, snapshot, _ = self._taken.popleft()
+            self._delivered(worker, snapshot)
+
+    def _delivered(self, worker: int, snapshot: dict[str, Any] | None) -> None:
         self._snaps[worker] = snapshot
         self._next = (worker + 1) % self.num_workers
 

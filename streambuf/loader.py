@@ -114,7 +114,14 @@ class Loader:
         memory_reserve_bytes: shrink the depth when less memory than this is available.
         log: ``streambuf.log_every(seconds, sink)``: hand ``stats()`` to a sink (a
             callable for TensorBoard scalars or any logger, or a ``logging.Logger``)
-            every ``seconds`` and at each epoch's end.
+            every ``seconds`` and at each epoch's end. The sink runs in the loop's
+            thread, after a batch is counted and before it is handed over; its
+            exception reaches the loop in place of that batch (with a note naming the
+            sink; never swallowed: a broken sink is not hidden) and ends the iteration
+            like any error in it. That batch was not received, so it is not in
+            ``state_dict()``: a state saved in the handler resumes with it, nothing lost
+            or repeated (the same for any error between a batch leaving the pipeline and
+            the loop receiving it: a device copy, a registered ``nbytes`` sizer).
         log_every_s: shorthand for ``log=streambuf.log_every(log_every_s)`` (INFO lines,
             logger "streambuf"); not with ``log``.
         arena: build batches in slots of one shared memory region mapped once in every
@@ -340,11 +347,27 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         if self._closed:
             raise RuntimeError("this Loader was closed; build a new one")
-        live = self._iter_host()
+        live: Iterator[Any] = self._iter_host()
         if self.device is not None and self.device.type != "cpu":
             live = iter(DevicePrefetcher(live, device=self.device, depth=self.device_depth))
+        live = self._hand_over(live)
         self._live = weakref.ref(live)
         return live
+
+    def _hand_over(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The loop's side of an iteration: a batch counts in ``state_dict()``
+        (``RunTracker.handed``) right as it is yielded here, the outermost layer, and
+        nothing runs between the two. What runs after a batch leaves the pipeline (the
+        log sink, the depth tuner, a sizer, a device copy that runs batches ahead)
+        cannot leave the state ahead of the loop or behind it, even when it raises."""
+        try:
+            for batch in batches:
+                self._tracker.handed()
+                yield batch
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:  # (close() or a break: the iteration ends here)
+                close()
 
     def _iter_host(self) -> Iterator[Any]:
         self._iter_start = time.monotonic()
@@ -522,7 +545,7 @@ class Loader:
                     self._epoch_ended()
                     return
                 self._account(t0, time.monotonic() - t0, nbytes(batch))
-                self._tracker.delivered(0, it.snapshot())
+                self._tracker.taken(0, it.snapshot())
                 yield batch
         finally:
             batches.close()
@@ -548,8 +571,8 @@ class Loader:
             assert isinstance(item, Tagged)
             budget.release(item.worker, item.nbytes)
             logical, snapshot = item.state
-            self._tracker.delivered(logical, snapshot)
             if item.end:  # a share that ended without a batch: its state, nothing to yield
+                self._tracker.taken(logical, snapshot, batch=False)
                 continue
             if empty:
                 self._empty_gets += 1
@@ -559,6 +582,7 @@ class Loader:
                 if depth is not None:
                     budget.set_limits(max_batches=depth)
             self._account(t0, waited, item.nbytes)
+            self._tracker.taken(logical, snapshot)
             yield item.batch
 
     def _account(self, t0: float, waited: float, size: int) -> None:

@@ -49,8 +49,8 @@ MUTANTS = [
     m(
         "redact: jwt is not a secret name",
         "streambuf/io/urls.py",
-        'r"(?:secret|password|passwd|passphrase|credential|jwt)"',
-        'r"(?:secret|password|passwd|passphrase|credential)"',
+        'r"(?:secret|password|passwd|passphrase|credential|jwt|session)"',
+        'r"(?:secret|password|passwd|passphrase|credential|session)"',
         "tests/sources/test_urls.py::TestSecretNames",
     ),
     m(
@@ -545,5 +545,14 @@ MUTANTS = [
         "budget.release(item.worker, item.nbytes)\n            logical, snapshot",
         "budget.release(item.worker, 2 * item.nbytes)\n            logical, snapshot",
         "tests/test_budget_independent.py",
+    ),
+    m(
+        "loader: a batch counts in the state as it leaves the pipeline, before the log "
+        "sink or a device copy ahead hands it to the loop",
+        "streambuf/_checkpoint.py",
+        "        self._taken.append((worker, snapshot, batch))\n",
+        "        self._delivered(worker, snapshot)\n"
+        "        self._taken.append((worker, snapshot, batch))\n",
+        "tests/test_loader_log_sink.py::test_a_checkpoint_after_a_hook_raised_in_the_hand_over_resumes_exactly",
     ),
 ]
