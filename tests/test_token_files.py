@@ -244,3 +244,135 @@ def test_a_state_saved_before_items_had_identities_loads_with_a_warning(
     state["digest"] = digest(state)  # (as the code before identities wrote it)
     with pytest.warns(UserWarning, match="predates the identity of its items"):
         sb.token_files(paths, seq_len=SEQ, seed=1).batch(2).load_state_dict(state)
+
+
+# -- order, explicit ranks, exact-multiple files, writable blocks ----------------------------
+def _ids(samples: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    return [(s["__url__"], int(s["block"])) for s in samples]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unshuffled_blocks_come_file_by_file_in_the_order_given(
+    tmp_path: Path, threads: int
+) -> None:
+    """``shuffle=False``: every order of the files gives their blocks file by file, in
+    that order, each file's blocks first to last, the same every epoch."""
+    import itertools
+
+    paths = write_files(tmp_path)
+    for order in itertools.permutations(range(len(paths))):
+        listed = [paths[i] for i in order]
+        pipe = sb.token_files(listed, seq_len=SEQ, overlap=1, shuffle=False, threads=threads)
+        want = [(paths[i], b) for i in order for b in range(blocks_of(SIZES[i], 1))]
+        for epoch in (0, 1):
+            pipe.set_epoch(epoch)
+            samples = list(pipe)
+            assert _ids(samples) == want, (order, epoch)
+            check_blocks(samples, {p: p for p in paths}, "uint16", 1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_explicit_rank_and_world_size_split_the_blocks_without_torch_distributed(
+    tmp_path: Path, workers: int
+) -> None:
+    """``rank=``/``world_size=`` given, no process group: through a Loader (in process and
+    with workers) each rank reads its own blocks, none shared, all of them together
+    exactly once, for one to three ranks."""
+    import torch.distributed as dist
+
+    assert not (dist.is_available() and dist.is_initialized())
+    paths = write_files(tmp_path)
+    files = {p: p for p in paths}
+    for world in (1, 2, 3):
+        shares = []
+        for rank in range(world):
+            pipe = sb.token_files(
+                paths, seq_len=SEQ, overlap=1, seed=5, rank=rank, world_size=world, threads=1
+            ).batch(2)
+            loader = sb.Loader(
+                pipe, num_workers=workers, max_batches=4, max_bytes="2MiB", timeout_s=60
+            )
+            with loader:
+                samples = [
+                    {"__url__": u, "block": int(b), "tokens": t}
+                    for batch in loader
+                    for u, b, t in zip(batch["__url__"], batch["block"], batch["tokens"])
+                ]
+            shares.append(samples)
+        ids = [set(_ids(s)) for s in shares]
+        assert all(len(i) == len(s) > 0 for i, s in zip(ids, shares)), world  # no repeats
+        for a in range(world):
+            for b in range(a + 1, world):
+                assert not ids[a] & ids[b], (world, a, b)
+        check_blocks([x for s in shares for x in s], files, "uint16", 1)  # all, once
+
+
+@pytest.mark.parametrize("seq_len", [4, 16])
+def test_files_of_whole_blocks_end_at_their_last_token(tmp_path: Path, seq_len: int) -> None:
+    """Files of exactly k * seq_len tokens: blocks of seq_len + overlap tokens at a stride
+    of seq_len, as many as fit (the last one ends at or before the file's end, never
+    past it), each equal to the memmap slice; for overlap 0 to 2 and k from 1 to 4."""
+    paths = []
+    for k in (1, 2, 3, 4):
+        path = tmp_path / f"whole-{k}.bin"
+        (np.arange(k * seq_len) + 1000 * k).astype(np.uint16).tofile(path)
+        paths.append(str(path))
+    for overlap in (0, 1, 2):
+        got = sorted(
+            (
+                (s["__url__"], int(s["block"]), s["tokens"].tolist())
+                for s in sb.token_files(paths, seq_len=seq_len, overlap=overlap, seed=2)
+            ),
+            key=lambda x: (x[0], x[1]),
+        )
+        want = []
+        for p in paths:
+            mm = np.memmap(p, dtype=np.uint16, mode="r")
+            starts = range(0, len(mm) - (seq_len + overlap) + 1, seq_len)
+            want += [
+                (p, b, mm[s : s + seq_len + overlap].astype(np.int64).tolist())
+                for b, s in enumerate(starts)
+            ]
+            last = [x for x in got if x[0] == p]
+            assert len(last) == len(starts), (p, overlap)
+            if starts:  # the last block: the file's last full block, no token past it
+                assert last[-1][2] == mm[starts[-1] : starts[-1] + seq_len + overlap].tolist()
+        assert got == want, overlap
+
+
+@pytest.mark.parametrize("keep_dtype", [True, False], ids=["keep_dtype", "int64"])
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "int64"])
+def test_blocks_are_writable_copies(tmp_path: Path, dtype: str, keep_dtype: bool) -> None:
+    """A block's tensor is its own writable memory: written through torch or numpy, it
+    changes neither the file nor any other block (with ``overlap=1`` neighbours hold
+    one token alike); no array is handed to torch read-only."""
+    import warnings
+
+    import torch
+
+    paths = write_files(tmp_path, dtype)
+    stored = [Path(p).read_bytes() for p in paths]
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # (torch names a read-only array once a process, else)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            pipe = sb.token_files(
+                paths, seq_len=SEQ, dtype=dtype, overlap=1, keep_dtype=keep_dtype, seed=4
+            )
+            samples = list(pipe)
+    finally:
+        torch.set_warn_always(warn_always)
+    assert not [str(w.message) for w in seen if "not writable" in str(w.message)]
+    check_blocks(samples, {p: p for p in paths}, dtype, 1)
+    for i, s in enumerate(samples):
+        tokens = s["tokens"]
+        assert tokens.dtype == (getattr(torch, dtype) if keep_dtype else torch.int64)
+        array = tokens.numpy()
+        assert array.flags.writeable
+        array[0] = 7  # through numpy, on the tensor's memory
+        assert int(tokens[0]) == 7
+        tokens.fill_(i + 1)  # through torch
+    for i, s in enumerate(samples):  # no block shares memory with another
+        assert set(s["tokens"].tolist()) == {i + 1}, (s["__url__"], s["block"])
+    assert [Path(p).read_bytes() for p in paths] == stored

@@ -219,4 +219,25 @@ MUTANTS = [
         "    channels = spec.channels or stream.channels",
         f"{V}::test_a_video_of_more_than_eight_channels",
     ),
+    _m(
+        "gpu decode: BT.2020 converted with BT.709's coefficients",
+        "streambuf/video/gpu.py",
+        '"2020": (0.2627, 0.0593)}',
+        '"2020": (0.2126, 0.0722)}',
+        f"{G}::test_bt2020_frames_convert_by_the_standards_coefficients",
+    ),
+    _m(
+        "gpu decode: a BT.2020 frame (non-constant luminance) converted as BT.601",
+        "streambuf/video/gpu.py",
+        '_MATRIX_OF_COLORSPACE = {1: "709", 9: "2020", 10: "2020"}',
+        '_MATRIX_OF_COLORSPACE = {1: "709", 10: "2020"}',
+        f"{G}::test_bt2020_frames_convert_by_the_standards_coefficients",
+    ),
+    _m(
+        "gpu decode: a resize that shrinks one side only is not antialiased",
+        "streambuf/video/gpu.py",
+        '    shrink = size["height"] < rgb.shape[0] or size["width"] < rgb.shape[1]',
+        '    shrink = size["height"] < rgb.shape[0] and size["width"] < rgb.shape[1]',
+        f"{G}::test_a_resize_that_shrinks_one_side_only_is_antialiased",
+    ),
 ]

@@ -10,6 +10,7 @@ pipeline. The end-to-end test needs a CUDA device and is skipped, saying so, wit
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -189,3 +190,111 @@ def test_cuda_clips_match_cpu_clips_and_stay_on_the_device(videos) -> None:
     with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="8MiB") as loader:
         batches = list(loader)
     assert len(batches) == 4 and all(b.data.device.type == "cuda" for b in batches)
+
+
+# -- BT.2020 and one-sided shrinking ---------------------------------------------------------
+def _yuv420p_frame(
+    y: np.ndarray, u: np.ndarray, v: np.ndarray, *, colorspace: int, full: bool
+) -> Any:
+    """A yuv420p frame of these planes (height a multiple of 4), tagged with an FFmpeg
+    colorspace number and range."""
+    h, w = y.shape
+    packed = np.concatenate([y, u.reshape(h // 4, w), v.reshape(h // 4, w)])
+    frame = av.VideoFrame.from_ndarray(packed.astype(np.uint8), format="yuv420p")
+    frame.colorspace = colorspace
+    frame.color_range = 2 if full else 1  # AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG
+    return frame
+
+
+def _encode(rgb: np.ndarray, kr: float, kb: float, full: bool) -> np.ndarray:
+    """Y'CbCr of RGB in [0, 1] by the standard's equations, quantized to 8 bits."""
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    luma = kr * r + (1 - kr - kb) * g + kb * b
+    pb, pr = (b - luma) / (2 * (1 - kb)), (r - luma) / (2 * (1 - kr))
+    if full:
+        ycc = np.stack([255 * luma, 128 + 255 * pb, 128 + 255 * pr], -1)
+    else:
+        ycc = np.stack([16 + 219 * luma, 128 + 224 * pb, 128 + 224 * pr], -1)
+    return np.clip(np.round(ycc), 0, 255)
+
+
+def _decode_reference(ycc: np.ndarray, kr: float, kb: float, full: bool) -> np.ndarray:
+    """RGB of 8-bit Y'CbCr by the inverse of the standard's RGB -> Y'PbPr matrix."""
+    kg = 1 - kr - kb
+    forward = np.array(
+        [
+            [kr, kg, kb],
+            [-kr / (2 * (1 - kb)), -kg / (2 * (1 - kb)), 0.5],
+            [0.5, -kg / (2 * (1 - kr)), -kb / (2 * (1 - kr))],
+        ]
+    )
+    if full:
+        ypbpr = (ycc - [0, 128, 128]) / 255
+    else:
+        ypbpr = (ycc - [16, 128, 128]) / [219, 224, 224]
+    rgb = ypbpr @ np.linalg.inv(forward).T
+    return np.clip(np.round(rgb * 255), 0, 255)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["limited", "full"])
+def test_bt2020_frames_convert_by_the_standards_coefficients(full: bool) -> None:
+    """A frame tagged BT.2020 (FFmpeg's colorspace 9) converts by Kr = 0.2627,
+    Kb = 0.0593: within one level of the inverse of the standard's matrix on the same
+    planes, within three of the colours they encode (8-bit rounding); BT.709's matrix
+    on them is far off in the saturated colours."""
+    kr, kb = 0.2627, 0.0593
+    rng = np.random.default_rng(0)
+    corners = np.array([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)], dtype=float)
+    colours = np.concatenate([corners, rng.random((56, 3))]).reshape(8, 8, 3)
+    rgb = colours.repeat(2, 0).repeat(2, 1)  # one colour per 2x2 block: chroma exact
+    ycc = _encode(rgb, kr, kb, full)
+    y = ycc[..., 0]
+    u, v = ycc[::2, ::2, 1], ycc[::2, ::2, 2]
+    frame = _yuv420p_frame(y, u, v, colorspace=9, full=full)
+    out = to_rgb(frame, {}, "bt2020").numpy().astype(np.int64)
+    assert out.shape == (16, 16, 3)
+    reference = _decode_reference(ycc, kr, kb, full)
+    assert np.abs(out - reference).max() <= 1
+    assert np.abs(out - np.round(rgb * 255)).max() <= 3
+    planes = [torch.from_numpy(p.astype(np.uint8)) for p in (y, u, v)]
+    assert torch.equal(
+        yuv420_to_rgb(*planes, matrix="2020", full_range=full),
+        torch.from_numpy(out).to(torch.uint8),
+    )
+    as_709 = yuv420_to_rgb(*planes, matrix="709", full_range=full).numpy().astype(np.int64)
+    assert np.abs(as_709 - reference).max() >= 10
+
+
+def _stripes(height: int, width: int, period: int, axis: int) -> np.ndarray:
+    """Luma 255 on every ``period``-th column (axis 1) or row (axis 0), else 0."""
+    at = np.arange(width if axis == 1 else height) % period == 0
+    line = np.where(at, 255, 0)
+    return np.broadcast_to(line if axis == 1 else line[:, None], (height, width)).copy()
+
+
+@pytest.mark.parametrize("other", ["kept", "grown"])
+@pytest.mark.parametrize("axis", [1, 0], ids=["width", "height"])
+@pytest.mark.parametrize("factor", [3, 4])
+def test_a_resize_that_shrinks_one_side_only_is_antialiased(
+    factor: int, axis: int, other: str
+) -> None:
+    """One side shrunk by ``factor`` (the other kept, or grown): stripes one pixel wide
+    every ``factor`` pixels along it average out to their mean (255 / factor) away from
+    the edges, as torch's antialiased bilinear filter gives; sampled without the filter
+    they alias (every output pixel lands between stripes: 0)."""
+    h, w = 24, 48
+    y = _stripes(h, w, factor, axis)
+    grey = np.full((h // 2, w // 2), 128)
+    frame = _yuv420p_frame(y, grey, grey, colorspace=1, full=True)  # R = G = B = Y
+    kept = (h, w)[1 - axis] * (2 if other == "grown" else 1)
+    shrunk = (h, w)[axis] // factor
+    out_h, out_w = (kept, shrunk) if axis == 1 else (shrunk, kept)
+    out = to_rgb(frame, {"height": out_h, "width": out_w}, "stripes").numpy()
+    assert out.shape == (out_h, out_w, 3)
+    chw = torch.from_numpy(y).float()[None, None].expand(1, 3, h, w)
+    want = torch.nn.functional.interpolate(
+        chw, size=(out_h, out_w), mode="bilinear", align_corners=False, antialias=True
+    )[0].permute(1, 2, 0)
+    assert np.abs(out.astype(np.int64) - want.round().numpy().astype(np.int64)).max() <= 1
+    inner = out[:, 1:-1] if axis == 1 else out[1:-1, :]  # (the edges weigh fewer stripes)
+    assert np.abs(inner.astype(float) - 255 / factor).max() <= 1.0, inner[..., 0]
