@@ -249,7 +249,7 @@ class Loader:
         self._batches = self._bytes = self._empty_gets = 0
         self._wait_s = 0.0
         self._iter_start = time.monotonic()
-        self._iter_batches = 0
+        self._iter_batches = self._iter_bytes = 0
         self._iter_wait = 0.0
         self._iter_first = self._iter_last = self._iter_first_wait = 0.0
         self._budget: CreditBudget | None = None
@@ -371,7 +371,7 @@ class Loader:
 
     def _iter_host(self) -> Iterator[Any]:
         self._iter_start = time.monotonic()
-        self._iter_batches = 0
+        self._iter_batches = self._iter_bytes = 0
         self._iter_wait = 0.0
         self._iter_first = self._iter_last = self._iter_first_wait = 0.0
         rank, world = self._rank_world()
@@ -594,6 +594,7 @@ class Loader:
         self._iter_last = now
         self._batches += 1
         self._iter_batches += 1
+        self._iter_bytes += size
         self._bytes += size
         if self._log is not None and self._log.due(now):
             self._log.emit(self.stats())
@@ -623,9 +624,12 @@ class Loader:
         )
         stages, found = self.pipeline._diagnose(wait_fraction=steady, workers=self.num_workers)
         return LoaderStats(
-            batches=self._batches,
-            bytes=self._bytes,
-            wait_s=self._wait_s,
+            batches=self._iter_batches,
+            bytes=self._iter_bytes,
+            wait_s=self._iter_wait,
+            total_batches=self._batches,
+            total_bytes=self._bytes,
+            total_wait_s=self._wait_s,
             elapsed_s=elapsed,
             batches_per_s=self._iter_batches / elapsed,
             wait_fraction=self._iter_wait / elapsed,

@@ -74,10 +74,15 @@ def thread_scalars(threads: Any) -> dict[str, Any]:
 class LoaderStats:
     """Snapshot of a Loader (``loader.stats()``); ``as_dict(flat=True)`` for loggers.
 
+    Every figure of the summary covers one span, the current iteration (the epoch being
+    iterated, or the last one), so that ratios of them are shares of that span
+    (``wait_s / elapsed_s`` is ``wait_fraction``); the ``total_*`` fields are the same
+    counts over every iteration of this Loader.
+
     Attributes:
-        batches: batches handed to the user so far (all epochs).
+        batches: batches handed to the user in the current iteration.
         bytes: bytes of those batches.
-        wait_s: seconds the user's loop spent waiting for the next batch (all epochs).
+        wait_s: seconds the user's loop spent waiting for the next batch in it.
         elapsed_s: seconds since the current iteration began.
         batches_per_s: batches / elapsed_s of the current iteration.
         wait_fraction: share of the current iteration's time spent waiting for data.
@@ -108,6 +113,8 @@ class LoaderStats:
             turns them into a table and names the bottleneck.
         bottleneck: that conclusion in one line (``report()``'s last line); ``""`` when
             nothing was measured yet. ``print(loader.stats())`` shows it all.
+        total_batches, total_bytes, total_wait_s: ``batches``, ``bytes`` and ``wait_s``
+            over every iteration (all epochs) of this Loader.
     """
 
     batches: int
@@ -128,6 +135,9 @@ class LoaderStats:
     threads: tuple[Any, ...] = ()
     stages: tuple[Any, ...] = ()
     bottleneck: str = ""
+    total_batches: int = 0
+    total_bytes: int = 0
+    total_wait_s: float = 0.0
 
     def __str__(self) -> str:
         """A readable summary: throughput and wait, the depth and bytes in flight, the
@@ -212,7 +222,7 @@ class StatsLog:
 
     def emit(self, stats: LoaderStats) -> None:
         """Hand ``stats`` to the sink now: a callable gets ``(stats.as_dict(flat=True),
-        stats.batches)``; a logger (or None) an INFO line with those and the bottleneck."""
+        stats.total_batches)`` (a step that grows over epochs); a logger (or None) an INFO line with those and the bottleneck."""
         self._last = time.monotonic()
         sink = self.sink
         try:
@@ -222,7 +232,7 @@ class StatsLog:
                 if stats.bottleneck:
                     logger.info("streambuf: %s", stats.bottleneck)
             else:
-                sink(stats.as_dict(flat=True), stats.batches)
+                sink(stats.as_dict(flat=True), stats.total_batches)
         except Exception as exc:
             add_note(exc, f"streambuf: raised in the stats sink {sink!r} (log_every)")
             raise

@@ -357,6 +357,24 @@ def test_log_every_hands_scalars_to_a_sink_in_time_and_at_the_epoch_end() -> Non
         log.seconds = 0.0  # every batch is due now
         list(loader)
     assert [step for _, step in got] == [16, *range(17, 33), 32]
+    assert got[-1][0]["batches"] == 16 and got[-1][0]["total_batches"] == 32
+
+
+def test_a_summarys_figures_cover_one_span() -> None:
+    """wait_s, batches and bytes are of the current iteration, as elapsed_s is: a ratio
+    of two of them is a share of one span, whatever the epochs before it (the loop's
+    wait over all epochs against this epoch's time read over 100%)."""
+    pipe = sb.Pipeline(list(range(24))).map(slow).batch(4)
+    with sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB") as loader:
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            list(loader)
+        st = loader.stats()
+    assert st.batches == 6 and st.total_batches == 18
+    assert st.total_bytes == 3 * st.bytes > 0
+    assert 0 < st.wait_s <= st.elapsed_s
+    assert st.total_wait_s > st.wait_s
+    assert st.wait_fraction == pytest.approx(st.wait_s / st.elapsed_s, rel=1e-3)
 
 
 def test_log_every_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:

@@ -555,4 +555,11 @@ MUTANTS = [
         "        self._taken.append((worker, snapshot, batch))\n",
         "tests/test_loader_log_sink.py::test_a_checkpoint_after_a_hook_raised_in_the_hand_over_resumes_exactly",
     ),
+    m(
+        "stats: the loop's wait over all epochs against this iteration's time",
+        "streambuf/loader.py",
+        "            wait_s=self._iter_wait,",
+        "            wait_s=self._wait_s,",
+        "tests/test_report.py::test_a_summarys_figures_cover_one_span",
+    ),
 ]
