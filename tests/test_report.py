@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ import pytest
 
 import streambuf as sb
 from streambuf._diagnosis import diagnose
+from tests.pipeline_data import exit_three_on_5, nap, sleepy
 from tests.sources.helpers import make_shards
 from tests.sources.httpserver import FaultyServer
 
@@ -410,3 +413,99 @@ def test_log_every_refuses_bad_options_and_notes_a_failing_sink() -> None:
     with pytest.raises(RuntimeError, match="logger is down") as info:
         list(loader)
     assert "stats sink" in "\n".join(getattr(info.value, "__notes__", []))
+
+
+# -- a threaded map's sampled CPU, prefetch's wait, the advised worker count, SIGKILL --
+BURN_NS = 2_000_000  # thread CPU each call of burn_cpu uses (a busy machine: more wall)
+
+
+def burn_cpu(x: Any) -> Any:
+    """Exactly ``BURN_NS`` of this thread's CPU (however long the wall clock takes)."""
+    c = time.thread_time_ns()
+    while time.thread_time_ns() - c < BURN_NS:
+        pass
+    return x
+
+
+def test_a_threaded_maps_sampled_cpu_is_scaled_to_all_its_calls() -> None:
+    """The function's CPU is read on every 8th call only (per worker; 2 threads read the
+    call count unlocked, so at most 2 calls in 8 are sampled): the stage's fn CPU is the
+    sampled CPU per sampled call times all calls. Every call uses the same CPU here, so
+    it is about calls x that; the samples alone would be at most a quarter of it."""
+    loader = _run(sb.Pipeline(list(range(64))).map(burn_cpu, threads=2).batch(8))
+    s = _stage(loader, "map(burn_cpu)")
+    assert s.fn_calls == 64, loader.report()
+    expected = s.fn_calls * BURN_NS / 1e9
+    assert 0.5 * expected <= s.fn_cpu_s <= 3 * expected, (s.fn_cpu_s, expected, loader.report())
+    assert s.fn_cpu_s <= s.fn_s + 1e-9  # (never above the function's wall time)
+
+
+def test_prefetchs_wait_for_its_upstream_is_not_its_cost() -> None:
+    """A prefetch runs its upstream on its own thread: its own time in the chain is the
+    wait for that thread's results (here about the whole of the slow map's time), which
+    is the map's cost, not the prefetch's: the map is named, never the prefetch."""
+    pipe = sb.Pipeline(list(range(96))).map(slow).prefetch(max_items=4, max_bytes="1MiB")
+    loader = _run(pipe.batch(8))
+    report = loader.report()
+    assert _bottleneck(loader).startswith("bottleneck: map(slow):"), report
+    assert _stage(loader, "prefetch").items == 96, report
+    # the rule alone: a prefetch that waited longest is still not named
+    wait = sb.StageStats("prefetch", 96, 5.0, 0.05, cpu_s=0.01)
+    up = sb.StageStats("map(f)", 96, 1.0, 0.01, cpu_s=0.9)
+    down = sb.StageStats("downstream", 12, 0.2, 0.02)
+    found = diagnose([up, wait, down], workers=2)
+    assert found is not None and found.stage == "map(f)", found
+    assert diagnose([wait]) is None  # nothing else measured: no verdict, not the prefetch
+
+
+def test_advice_names_more_workers_than_there_are() -> None:
+    """Wherever more workers would help (a source or a stage in the worker's thread,
+    computing or waiting; a threaded map that computes) the advice names a num_workers
+    above the current one."""
+    cases = [
+        sb.StageStats("source (items)", 100, 2.0, 0.02, cpu_s=1.9),  # computes
+        sb.StageStats("source (expand f)", 100, 2.0, 0.02, cpu_s=0.01),  # waits
+        sb.StageStats("map(f)", 100, 2.0, 0.02, cpu_s=1.9),  # inline, computes
+        sb.StageStats("map(g)", 100, 2.0, 0.02, cpu_s=0.01),  # inline, waits
+        sb.StageStats("map(h)", 100, 0.1, 0.001, fn_s=4.0, fn_cpu_s=1.9, fn_calls=100),
+    ]
+    for workers in (1, 2, 5):
+        for s in cases:
+            found = diagnose([s], threads=[2], workers=workers)
+            assert found is not None and found.stage == s.stage, found
+            named = [int(n) for n in re.findall(r"num_workers=(\d+)", found.advice)]
+            assert named and all(n > workers for n in named), (workers, found)
+    # through a Loader with 2 workers: a map in the worker's thread is advised 3 or more
+    loader = _run(sb.Pipeline(list(range(96))).map(burn_cpu).batch(8))
+    found = diagnose(loader.stats().stages, workers=loader.num_workers)
+    assert found is not None and found.stage == "map(burn_cpu)", loader.report()
+    named = [int(n) for n in re.findall(r"num_workers=(\d+)", found.advice)]
+    assert named and all(n > 2 for n in named), loader.report()
+
+
+def test_a_worker_killed_by_sigkill_is_said_to_be_maybe_out_of_memory() -> None:
+    """SIGKILL is what the kernel's out-of-memory killer sends: the error says so, and
+    that a lower max_bytes helps; a worker that exits with a code is not given that hint."""
+    items = [(i, 0.05) for i in range(400)]
+    loader = sb.Loader(
+        sb.Pipeline(items).map(nap).batch(1), num_workers=2, max_batches=2, max_bytes="1MiB"
+    )
+    it = iter(loader)
+    next(it)
+    victim = loader.worker_pids()[1]
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(sb.WorkerError) as info:
+        for _ in it:
+            pass
+    text = str(info.value)
+    assert f"(pid {victim}) was killed by signal SIGKILL" in text, text
+    assert "out-of-memory killer" in text and "lower max_bytes" in text, text
+
+    pipe = sb.Pipeline(list(range(10))).map(exit_three_on_5).map(sleepy).batch(1)
+    loader = sb.Loader(pipe, num_workers=2, max_batches=2, max_bytes="1MiB")
+    with pytest.raises(sb.WorkerError) as info:
+        for _ in loader:
+            pass
+    text = str(info.value)
+    assert "exited with code 3" in text, text
+    assert "out-of-memory" not in text and "max_bytes" not in text, text

@@ -13,6 +13,8 @@ GRID = "tests/test_resume_grid.py"
 NEG = "tests/test_resume_negative.py"
 PAX = "tests/sources/test_resume_pax.py"
 NODES = "tests/test_nodes_resume_twice.py"
+REPORT = "tests/test_report.py"
+SHARDS = "tests/sources/test_loader_shards.py"
 
 
 _m = planted("tests2")
@@ -88,5 +90,61 @@ MUTANTS = [
         "lanes_changed = _lanes_changed(pipe, mine[0]) if mine else None",
         "lanes_changed = None",
         NEG,
+    ),
+    _m(
+        "a threaded map's sampled function CPU is not scaled to all its calls",
+        "streambuf/_meter.py",
+        'fn_cpu = min(g["fn_ns"], fn_cpu * g["fn_calls"] // g["fn_cpu_calls"])',
+        'fn_cpu = min(g["fn_ns"], fn_cpu)',
+        f"{REPORT}::test_a_threaded_maps_sampled_cpu_is_scaled_to_all_its_calls",
+    ),
+    _m(
+        "a prefetch's wait for its upstream is taken for its cost",
+        "streambuf/_diagnosis.py",
+        '    if s.stage == "prefetch":',
+        "    if False:",
+        f"{REPORT}::test_prefetchs_wait_for_its_upstream_is_not_its_cost",
+    ),
+    _m(
+        "the advice names today's worker count, not more",
+        "streambuf/_diagnosis.py",
+        "workers + 1 if workers else 'N'",
+        "workers if workers else 'N'",
+        f"{REPORT}::test_advice_names_more_workers_than_there_are",
+    ),
+    _m(
+        "a worker killed by SIGKILL gets no out-of-memory hint",
+        "streambuf/_supervise.py",
+        "            if any(w.exitcode == -signal.SIGKILL for _, w in dead):",
+        "            if False:",
+        f"{REPORT}::test_a_worker_killed_by_sigkill_is_said_to_be_maybe_out_of_memory",
+    ),
+    _m(
+        "every worker death gets the out-of-memory hint",
+        "streambuf/_supervise.py",
+        "            if any(w.exitcode == -signal.SIGKILL for _, w in dead):",
+        "            if dead:",
+        f"{REPORT}::test_a_worker_killed_by_sigkill_is_said_to_be_maybe_out_of_memory",
+    ),
+    _m(
+        "the read charge counts the lanes of a worker with the fewer shards",
+        "streambuf/sources/pipe.py",
+        "        per_worker = -(-len(urls) // max(1, workers))",
+        "        per_worker = len(urls) // max(1, workers)",
+        f"{SHARDS}::test_shards_not_divisible_by_workers_charge_the_most_lanes_a_worker_opens",
+    ),
+    _m(
+        "the read charge replaces pack's block in fixed_bytes",
+        "streambuf/loader.py",
+        "            fixed += self.read_bytes * copies",
+        "            fixed = self.read_bytes * copies",
+        f"{SHARDS}::test_pack_over_shards_is_charged_its_block_and_the_reads",
+    ),
+    _m(
+        "the read charge is cut to half of max_bytes ignoring pack's block",
+        "streambuf/loader.py",
+        "(self.max_bytes // 2 - fixed) // copies",
+        "(self.max_bytes // 2) // copies",
+        f"{SHARDS}::test_pack_over_shards_is_charged_its_block_and_the_reads",
     ),
 ]

@@ -176,6 +176,59 @@ def test_a_loader_charges_the_read_buffers_to_max_bytes(ten_shards: Path) -> Non
     assert plain.read_bytes is None
 
 
+def test_shards_not_divisible_by_workers_charge_the_most_lanes_a_worker_opens(
+    tmp_path: Path,
+) -> None:
+    """5 shards over 2 workers with lanes=3: one worker reads 3 shards (3 lanes), the
+    other 2 (2 lanes). Each worker is charged for the most lanes a worker opens (3: the
+    charge is one figure for every worker), never the fewer (the worker with the extra
+    shard would read outside max_bytes)."""
+    make_shards(tmp_path, 5, 6)
+    pipe = sb.shards(str(tmp_path / "*.tar"), lanes=3).batch(4)
+    lane = 2 * MIB  # local files: two blocks a lane, no readahead
+    assert pipe._src.reader.lanes_for(pipe._src.shards, 2) == 3
+    assert pipe._src.read_bytes(2) == 3 * lane
+    assert pipe._src.read_bytes(3) == 2 * lane  # 2, 2 and 1 shards
+    assert pipe._src.read_bytes(4) == 2 * lane  # 2, 1, 1 and 1
+    assert pipe._src.read_bytes(5) == 1 * lane
+    loader = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB")
+    assert loader.read_bytes == 3 * lane
+    assert loader.fixed_bytes == loader.stats().fixed_bytes == 2 * 3 * lane
+    assert loader.credit_bytes + loader.fixed_bytes + 2 * loader.stage_bytes <= 64 * MIB
+    assert sorted(keys_of(loader)) == sorted(expected_keys(5, 6))
+
+
+def as_tokens(sample: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {"tokens": to_tensor(sample["bin"]).long()}
+
+
+def test_pack_over_shards_is_charged_its_block_and_the_reads(tmp_path: Path) -> None:
+    """Both are fixed bytes a worker: pack's block (12 bytes a token) and the lanes' read
+    buffers. fixed_bytes holds both for every worker; where half of max_bytes cannot
+    hold both, the reads get what the blocks leave of that half (pack's block is not
+    cut)."""
+    make_shards(tmp_path, 4, 6)  # 24 samples of 1000 bytes: 24000 tokens
+    urls = str(tmp_path / "*.tar")
+    lane = 2 * MIB
+    seq = 1024
+    pipe = sb.shards(urls, lanes=2).map(as_tokens).pack(seq).batch(2)
+    roomy = sb.Loader(pipe, num_workers=2, max_batches=4, max_bytes="64MiB")
+    assert roomy.read_bytes == 2 * lane
+    assert roomy.fixed_bytes == roomy.stats().fixed_bytes == 2 * (12 * seq + 2 * lane)
+    assert roomy.credit_bytes + roomy.fixed_bytes + 2 * roomy.stage_bytes <= 64 * MIB
+    got = [b["tokens"].shape for b in roomy]
+    assert sum(shape[0] for shape in got) == 2 * 11  # 11 full blocks a worker (12000 tokens)
+
+    seq = 1 << 16  # a 768 KiB block a worker: the reads get (4 MiB - 1.5 MiB) / 2
+    pipe = sb.shards(urls, lanes=2).map(as_tokens).pack(seq, drop_last=False).batch(1)
+    tight = sb.Loader(pipe, num_workers=2, max_batches=2, max_bytes="8MiB")
+    assert tight.read_bytes == (4 * MIB - 2 * 12 * seq) // 2
+    assert tight.fixed_bytes == tight.stats().fixed_bytes == 2 * (12 * seq) + 2 * tight.read_bytes
+    assert tight.fixed_bytes <= 4 * MIB
+    blocks = list(tight)
+    assert sum(int((b["document_ids"] >= 0).sum()) for b in blocks) == 24 * 1000
+
+
 @pytest.mark.parametrize("fsspec", [False, True], ids=["http", "fsspec"])
 @pytest.mark.parametrize("allot_mib", [100, 20, 6, 1])
 def test_read_sizes_fit_the_charge_largest_request_first(
