@@ -363,6 +363,13 @@ MUTANTS += [
         '            "running": (count > 0) - (shown[0] > 0),',
         "::test_loader_workers_follow_worker_0_inline",
     ),
+    _m(
+        "a worker's count changes are not counted (stats().threads shows 0 changes)",
+        "streambuf/_counters.py",
+        '            "changes": int(was and count != 0 and count != shown[0]),',
+        '            "changes": 0,',
+        "::test_loader_workers_report_their_counts",
+    ),
 ]
 MUTANTS += [
     _m(

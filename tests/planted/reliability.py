@@ -312,6 +312,20 @@ MUTANTS += [
         "test_one_large_batch_does_not_shrink_the_depth_for_the_rest_of_the_epoch",
     ),
     _m(
+        "budget: a worker reserves nothing for the batch it builds (each one reserved once built)",
+        "streambuf/_worker.py",
+        "                estimate = max(max(recent), 1)",
+        "                estimate = 1",
+        "tests/video/test_loader_video.py::test_byte_budget_holds_for_720p_clips",
+    ),
+    _m(
+        "budget: a batch of clips is charged without its frames",
+        "streambuf/sizing.py",
+        "for f in dataclasses.fields(obj))",
+        "for f in dataclasses.fields(obj) if f.name != 'data')",
+        "tests/video/test_loader_video.py::test_byte_budget_holds_for_720p_clips",
+    ),
+    _m(
         "loader: an iteration left early waits for its busy workers",
         "streambuf/loader.py",
         "        elif early and not failed and not self.persistent_workers and dl_iter is not None:",

@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -288,22 +289,63 @@ def test_chunks_never_hold_a_paced_stream_back(
     assert late <= 0.05 + 0.05, (late, chunked, one_by_one)
 
 
-@pytest.mark.serial
 def test_a_chunk_is_handed_over_before_the_next_shard_opens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lane's samples come in microseconds within a shard, and its next shard's open
     waits for a request (50 ms, no readahead): the lane hands the chunk it holds over
     before it opens the next shard, so no sample waits for another shard's request (it
-    did: every sample of a 3-sample shard arrived a request later than one by one)."""
+    did: every sample of a 3-sample shard arrived a request later than one by one).
+
+    Checked by the order of events, not by arrival times: when the server sees the
+    request for a lane's next shard, that lane has already committed every sample of
+    the shards it read before (its commit comes first in one thread; the request it
+    sends after it is what the server logs), on any machine. How much sooner the
+    samples arrive is a quiet machine's figure, and no benchmark isolates it (``streambuf
+    bench network`` runs this path on remote shards; the timing bound on a paced stream
+    is ``test_chunks_never_hold_a_paced_stream_back``, a ``serial`` test)."""
+    from streambuf import _source
+    from streambuf.window import Window
+
     no_taking_held(monkeypatch)  # the flush alone (a waiting consumer would take them)
-    paths = make_shards(tmp_path / "s", 8, 3)
+    monkeypatch.setattr(_source, "CHUNK", 16)  # room for more than a shard in one chunk
+    events: list[tuple[str, Any, int]] = []  # in the order they happened, any thread
+    real = Window.commit_many
+
+    def committed(w: Window[Any], lane: int, items: list[Any], sizes: list[int]) -> None:
+        real(w, lane, items, sizes)
+        events.append(("commit", lane, len(items)))  # after it: handed over
+
+    class Requests(list):  # the server's log: each request as it comes in
+        def append(self, rec: Any) -> None:
+            events.append(("request", rec.path, 0))
+            super().append(rec)
+
+    monkeypatch.setattr(Window, "commit_many", committed)
+    lanes, shards, per_shard = 2, 8, 3
+    paths = make_shards(tmp_path / "s", shards, per_shard)
     with FaultyServer(tmp_path / "s") as srv:
         srv.latency_s = 0.05
+        srv.log = Requests()
         urls = [srv.url(p.name) for p in paths]
-        late, chunked, one_by_one = later_when_chunked(urls, monkeypatch, readahead_bytes=0)
-    assert len(chunked) == len(one_by_one) == 24
-    assert late <= 0.025, (late, chunked, one_by_one)
+        index = {urllib.parse.urlsplit(u).path: i for i, u in enumerate(urls)}
+        opts = dict(lanes=lanes, adaptive=False, readahead_bytes=0, **FAST)
+        got = [s["__key__"] for s in stream_shards(urls, **opts)]
+    assert sorted(got) == sorted(expected_keys(shards, per_shard))
+    # round robin: lane l reads shards l, l + 2, ...; its k-th shard's request comes
+    # after the lane committed all k * per_shard samples of the shards before it
+    made = [0] * lanes
+    requested = []
+    for kind, what, n in events:
+        if kind == "commit":
+            made[what] += n
+            continue
+        shard = index[what]
+        lane, k = shard % lanes, shard // lanes
+        requested.append(shard)
+        assert made[lane] >= k * per_shard, (shard, made, events)
+    assert sorted(requested) == list(range(shards)), events  # one request a shard
+    assert made == [shards // lanes * per_shard] * lanes, events
 
 
 def test_shard_lanes_hand_over_chunks(shard_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
