@@ -48,7 +48,7 @@ from ._elastic import Progress
 from ._identity import remap, state_names
 from ._state_schema import validate
 from .sharding import assign, shard_order
-from .stages import Shuffle, stateful_then_reordered
+from .stages import Shuffle, reordered_then_grouped, stateful_then_reordered
 
 if TYPE_CHECKING:
     from ._contracts import PipelineView, WorkerContext
@@ -388,12 +388,27 @@ def check_loadable(pipe: PipelineView, state: Any) -> dict[str, Any]:
             f"{unresumable}; this state was saved mid-epoch and would resume the stage "
             "wrong (a state saved at an epoch's end loads: the stage starts afresh)"
         )
+    regrouped = reordered_then_grouped(pipe._stages)
+    if regrouped is not None and not complete and _holds_groups(states):
+        raise ValueError(
+            f"{regrouped}; this state was saved with such a group (a state saved at an "
+            "epoch's end, or between groups, loads)"
+        )
     return {
         "epoch": head["epoch"],
         "complete": complete,
         "states": states,
         "remap": remap(head["names"], head["shards"], pipe),
     }
+
+
+def _holds_groups(value: Any) -> bool:
+    """Whether a (validated) state names a partly delivered group anywhere."""
+    if isinstance(value, dict):
+        return bool(value.get("groups")) or any(_holds_groups(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_groups(v) for v in value)
+    return False
 
 
 def next_epoch(plan: dict[str, Any]) -> int:

@@ -57,6 +57,7 @@ __all__ = [
     "map_items",
     "prefetch_items",
     "shuffle_items",
+    "reordered_then_grouped",
     "stateful_then_reordered",
 ]
 
@@ -450,6 +451,32 @@ def stateful_then_reordered(stages: tuple[Stage, ...]) -> str | None:
                     "not yet delivered; outputs delivered after it would not be given "
                     f"again); move {later.name}() before {stage.name!r}"
                     + (" or make the map ordered" if isinstance(later, Map) else "")
+                )
+    return None
+
+
+def reordered_then_grouped(stages: tuple[Stage, ...]) -> str | None:
+    """Why a state holding partly delivered groups (outputs of a user stage, flattened,
+    some children delivered) cannot resume with these stages, or None: a stage that
+    reorders before the user stage. A resume gives the stage a group's samples first and
+    together, and skips the children delivered by index; reordered before it, the stage
+    makes other groups of them, and the children cannot be told apart
+    (``Flatten``'s check, at the first batch: refused when the state is loaded instead)."""
+    flat = next((i for i, s in enumerate(stages) if isinstance(s, Flatten)), None)
+    if flat is None:
+        return None
+    for g in range(flat):
+        if not hasattr(stages[g], "iterate"):
+            continue
+        for earlier in stages[:g]:
+            if earlier.reorders:
+                return (
+                    f"{earlier.name}() before stage {stages[g].name!r} delivers its samples "
+                    "in another order than they were read, so a group that was partly "
+                    f"delivered (the outputs of {stages[g].name!r} are flattened) cannot be "
+                    "made again of the same samples on resume; move "
+                    f"{earlier.name}() after .flatten()"
+                    + (" or make the map ordered" if isinstance(earlier, Map) else "")
                 )
     return None
 

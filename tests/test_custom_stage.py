@@ -531,3 +531,24 @@ def test_a_state_value_json_cannot_hold_is_refused_naming_the_stage(workers):
     )
     with pytest.raises(TypeError, match=r"stage 'SeenSet': state.value=\{.*plain JSON data"):
         list(loader)
+
+
+def shuffled_pairs_flattened() -> sb.Pipeline:
+    return sb.Pipeline(list(range(33)), seed=3).shuffle(4).compose(Pairs()).flatten().batch(3)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_group_after_a_shuffle_is_refused_when_the_state_is_loaded(workers: int) -> None:
+    """A shuffle before a grouping stage: a state with a partly delivered group cannot be
+    resumed (the stage would make other groups of its samples); refused at
+    load_state_dict(), naming both stages, not at the first batch after it."""
+    kw = {"max_batches": 4, "max_bytes": "1MiB"}
+    loader = sb.Loader(shuffled_pairs_flattened(), num_workers=workers, **kw)
+    _, state = _save_after(loader, 1)
+    assert any(w.get("groups") for w in state["workers"]), state
+    again = sb.Loader(shuffled_pairs_flattened(), num_workers=workers, **kw)
+    with pytest.raises(ValueError, match=r"shuffle\(\) before stage 'Pairs'.*move shuffle"):
+        again.load_state_dict(state)
+    whole = sb.Loader(shuffled_pairs_flattened(), num_workers=workers, **kw)
+    list(whole)
+    again.load_state_dict(whole.state_dict())  # at the epoch's end: loads

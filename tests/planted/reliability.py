@@ -374,4 +374,11 @@ MUTANTS += [
         "        if False:",
         "tests/test_loader_faults.py::test_sigint_to_main_process_exits_cleanly",
     ),
+    _m(
+        "a state with a group partly delivered after a shuffle loads (refused only later)",
+        "streambuf/_state.py",
+        "    if regrouped is not None and not complete and _holds_groups(states):",
+        "    if False:",
+        "tests/test_custom_stage.py::test_a_group_after_a_shuffle_is_refused_when_the_state_is_loaded",
+    ),
 ]
