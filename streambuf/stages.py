@@ -56,8 +56,8 @@ __all__ = [
     "flatten_items",
     "map_items",
     "prefetch_items",
-    "shuffle_items",
     "reordered_then_grouped",
+    "shuffle_items",
     "stateful_then_reordered",
 ]
 
