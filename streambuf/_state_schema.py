@@ -177,7 +177,7 @@ NAME = OneOf(
     (lambda v: isinstance(v, str), Str()),
     (
         lambda v: isinstance(v, list),
-        List(items=[Str(), Str(), Int(1, 65), Int(0), Choice(1, -1), Int(1, 1 << 31)]),
+        List(items=[Str(), Str(), Int(1, 65), Int(0), Choice(1, -1), Int(1, 1 << 31)], min_len=6),
     ),
 )
 LAYOUT = Dict(  # world_size first: the bound of rank
