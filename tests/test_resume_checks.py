@@ -9,7 +9,7 @@ import pytest
 
 from tests.resume_data import mixed_loader, plain_loader
 from tests.resume_harness import epoch_batches, ids_of, roundtrip, save_after
-from tests.state_faults import corruptions
+from tests.state_faults import corruptions, field_faults
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,20 +42,24 @@ STATES = {
 
 @pytest.mark.parametrize("kind", list(STATES))
 def test_every_corrupted_field_is_one_value_error_at_load(kind):
+    """Every field of a real state corrupted in turn (``corruptions``), and bad values of
+    every kind of field, also of those the state leaves empty (``field_faults``): each
+    is one ``ValueError`` at load that names the field."""
     state, factory = STATES[kind]()
     factory().load_state_dict(state)  # the state itself loads
     loader = factory()
     tried = 0
-    for label, bad in corruptions(state):
+    for label, names, bad in [*corruptions(state), *field_faults(state)]:
         tried += 1
         try:
             loader.load_state_dict(bad)
-        except ValueError:
+        except ValueError as exc:
+            assert names in str(exc), f"{label}: the message does not name {names}: {exc}"
             continue
         except Exception as exc:  # KeyError, IndexError, TypeError: the defect
             raise AssertionError(f"{label}: {type(exc).__name__}: {exc}") from exc
         raise AssertionError(f"{label}: accepted")
-    assert tried > 100
+    assert tried > 200
 
 
 def test_messages_name_the_field_path():
