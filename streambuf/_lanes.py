@@ -40,8 +40,9 @@ consumer iterates (``streambuf.window.LaneWindow``: a ``Window``, one pool).
   the reservation is full, ``FLUSH_S`` passed since the chunk began (a lane that waits
   on a request or a decode hands each item over as soon as it is made), an item
   outgrew the estimate, or its iterator paused or ended; the consumer takes runs with
-  ``get_many``. A lane's chunk size doubles after a chunk that filled and falls to what
-  it made after one that did not. Order, bounds and errors are as item by item (each
+  ``get_many``. A lane's chunk size doubles after a chunk that filled before ``FLUSH_S``
+  passed and falls to what it made after one that did not (a slow lane, whose items
+  each take longer, reserves room for the one it makes, as without chunks). Order, bounds and errors are as item by item (each
   item counted at its own size). The items a lane has made of its chunk are visible to
   the window (``Window.hold``): a consumer that waited ``HOLD_POLL_S`` for them commits
   them itself, so a lane whose next read stalls holds nothing back longer than that.
@@ -241,8 +242,9 @@ class LaneRunner(Generic[T]):
         ended; then one ``commit_many``. The items are made into lists the window holds
         (``Window.hold``): a consumer that waited ``HOLD_POLL_S`` for them takes them
         itself, so a read that stalls after an item does not hold it back. The size
-        doubles after a chunk that filled and falls back to what was made after one that
-        could not (a slow lane hands items over one by one, as without chunks)."""
+        doubles after a chunk that filled before ``FLUSH_S`` passed and falls back to what
+        was made after one that did not (a slow lane hands items over one by one and
+        reserves room for one, as without chunks)."""
         win: Any = self.window
         gate = self._gate
         while True:
@@ -254,7 +256,7 @@ class LaneRunner(Generic[T]):
             sizes: list[int] = []
             if room > 1:  # a consumer waiting for them takes them from here (a stall)
                 win.hold(lane, items, sizes)
-            ended = False
+            ended = late = False
             t0 = time.perf_counter()
             try:
                 while len(items) < room:
@@ -266,7 +268,8 @@ class LaneRunner(Generic[T]):
                         self._largest = size
                     sizes.append(size)  # (before the item: ``Window.hold``)
                     items.append(made)
-                    if size > estimate or time.perf_counter() - t0 > FLUSH_S:
+                    late = time.perf_counter() - t0 > FLUSH_S
+                    if size > estimate or late:
                         break
             except StopIteration:
                 ended = True
@@ -274,7 +277,9 @@ class LaneRunner(Generic[T]):
                 win.release(lane)
                 raise
             n = len(items)
-            if n == room:  # (room may be less than wanted: the window was full)
+            # (room may be less than wanted: the window was full); a chunk that filled
+            # only as the time ran out is a slow lane's: it does not grow
+            if n == room and not late:
                 self._want[lane] = min(self._chunk, max(self._want[lane], 2 * room))
             elif not ended:
                 self._want[lane] = max(1, n)
