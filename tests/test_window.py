@@ -17,11 +17,13 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import streambuf._lanes as lanes_mod
 import streambuf.window as window_mod
 from streambuf._lanes import LaneRunner
 from streambuf.errors import BufferClosed
@@ -513,6 +515,42 @@ def test_only_the_last_item_of_a_chunk_may_outgrow_its_room() -> None:
         seq.reserve(0, 10, 2)
         seq.commit_many(0, ["x"], [1])
     w.close()
+
+
+@pytest.mark.parametrize("order", ["round_robin", "first_ready"])
+def test_a_lane_that_slowed_down_gives_back_its_chunk_room(
+    order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane makes 40 items at once, its chunks growing 1, 2, 4, 8, 16 (room for 64:
+    the window never limits them), then each item takes longer than ``FLUSH_S``. The
+    chunk where it slowed down is handed over at its slow item (the 10th it made) and
+    its unused room given back; the next reserves only what that one made (10), hands
+    over its one slow item and gives the other 9 back; from then on the lane reserves
+    room for the one item it is making: the window counts no more than that for it, so
+    its room is there for the other lanes and the consumer. The lane's clock is the
+    test's (a busy machine changes nothing); each item reads the window's own count of
+    reserved room (``held`` less the admitted items) when the lane starts making it."""
+    clock = [0.0]
+    monkeypatch.setattr(lanes_mod, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    window: Window = Window(lanes=1, max_items=64, max_bytes=1 << 20, order=order)
+    check = Checker()
+    window._observer = check
+    reserved: dict[int, int] = {}
+
+    def work() -> Iterator[int]:
+        for i in range(46):
+            reserved[i] = window.held()[0] - window.stats().items  # (the only lane's)
+            if i >= 40:
+                clock[0] += 1.0  # a slow item: longer than FLUSH_S
+            yield i
+
+    runner = LaneRunner([work], window=window, sizeof=lambda x: 8, name="slow", chunk=16)
+    assert run(runner) == list(range(46))
+    assert reserved[0] == 1 and reserved[1] == 2 and reserved[15] >= 8  # the chunks grew
+    assert reserved[41] == 10, reserved  # what the last chunk made, not the 16 it wanted
+    assert [reserved[i] for i in range(42, 46)] == [1] * 4, reserved
+    assert window.held() == (0, 0) and window.stats().items == 0
+    assert check.violations == []
 
 
 @pytest.mark.parametrize("order", ["round_robin", "first_ready"])
