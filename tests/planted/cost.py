@@ -155,6 +155,27 @@ MUTANTS += [
         f"{WINDOW}::test_chunks_fill_the_byte_bound_and_never_pass_it",
     ),
     _m(
+        "chunks: a lane that slowed down keeps reserving the chunk it grew to",
+        "streambuf/_lanes.py",
+        "            elif not ended:\n                self._want[lane] = max(1, n)",
+        "            elif False:\n                self._want[lane] = max(1, n)",
+        f"{WINDOW}::test_a_lane_that_slowed_down_gives_back_its_chunk_room",
+    ),
+    _m(
+        "chunks: a slow lane's chunk of one that filled as time ran out grows to two",
+        "streambuf/_lanes.py",
+        "            if n == room and not late:",
+        "            if n == room:",
+        f"{WINDOW}::test_a_lane_that_slowed_down_gives_back_its_chunk_room",
+    ),
+    _m(
+        "chunks: the unused room of a chunk is given back but still counted as reserved",
+        "streambuf/window.py",
+        "            self._reserved -= k\n",
+        "",
+        f"{WINDOW}::test_a_lane_that_slowed_down_gives_back_its_chunk_room",
+    ),
+    _m(
         "chunks: a chunk is handed over only when full (a paced stream waits for 16 samples)",
         "streambuf/_lanes.py",
         "time.perf_counter() - t0 > FLUSH_S",

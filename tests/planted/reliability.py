@@ -10,6 +10,8 @@ LIST = "tests/sources/test_resume_shard_list.py"
 CHECKS = "tests/test_resume_checks.py"
 IDENTITY = "streambuf/_identity.py"
 SCHEMA = "streambuf/_schema.py"
+STATE_SCHEMA = "streambuf/_state_schema.py"
+CORRUPTED = CHECKS + "::test_every_corrupted_field_is_one_value_error_at_load"
 CHAIN = "tests/test_chain_shutdown.py"
 
 
@@ -100,6 +102,62 @@ MUTANTS = [
         'raise ValueError(f"{path}: the key {key!r} is missing")',
         "continue",
         CHECKS,
+    ),
+    _m(
+        "state validation takes a claim's stride of 0",
+        STATE_SCHEMA,
+        "List(List(items=[Int(1), Int(0), Opt(Int(0)), RESUME_HINT], min_len=4))",
+        "List(List(items=[Int(0), Int(0), Opt(Int(0)), RESUME_HINT], min_len=4))",
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes group positions past the shard count",
+        STATE_SCHEMA,
+        'GROUPS = List(List(List(items=[Int(0, "shards"), Int(0)]',
+        "GROUPS = List(List(List(items=[Int(0), Int(0)]",
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes claim keys past the shard count",
+        STATE_SCHEMA,
+        '"claims": MapOf(\n            Int(0, "shards"),',
+        '"claims": MapOf(\n            Int(0),',
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes sets keys past the shard count",
+        STATE_SCHEMA,
+        '"sets": MapOf(Int(0, "shards")',
+        '"sets": MapOf(Int(0)',
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes a names run of width 0",
+        STATE_SCHEMA,
+        "Str(), Str(), Int(1, 65),",
+        "Str(), Str(), Int(0, 65),",
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes a names run without its count",
+        STATE_SCHEMA,
+        "Int(1, 1 << 31)], min_len=6)",
+        "Int(1, 1 << 31)])",
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes a fetch hint of three offsets",
+        STATE_SCHEMA,
+        "List(Int(0), min_len=2, max_len=2)),",
+        "List(Int(0), min_len=2)),",
+        CORRUPTED,
+    ),
+    _m(
+        "state validation takes next_lane one past the last lane",
+        STATE_SCHEMA,
+        'Int(0, len(value["lanes"])).check(',
+        'Int(0, len(value["lanes"]) + 1).check(',
+        CORRUPTED,
     ),
     _m(
         "states not validated before use",
