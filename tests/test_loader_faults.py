@@ -171,3 +171,35 @@ def test_workers_exit_when_the_main_process_is_killed(tmp_path, mp_context):
     for p in alive:  # do not leave them behind if the test fails
         os.kill(p, signal.SIGKILL)
     assert not alive, f"workers {alive} outlived their main process (orphaned)"
+
+
+@pytest.mark.timeout(60)
+def test_a_loop_closed_as_the_interpreter_ends_starts_no_thread(monkeypatch):
+    """A generator closed while the interpreter shuts down (a loop left by the exception
+    that ends the program) must not start a thread (one started then never runs, and
+    ``start()`` can wait for it forever): its workers are killed and shut down in the
+    closing thread. The interpreter's state is faked: finalizing, and no thread may
+    start (the SIGINT test above meets the real one, where whether ``start()`` waits
+    depends on how far the shutdown went)."""
+    import types
+
+    import streambuf.loader as loader_mod
+    from tests.pipeline_data import sleepy
+
+    class NoThread:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("a thread was started while the interpreter shuts down")
+
+    pipe = Pipeline(list(range(100_000))).map(sleepy, threads=2).batch(4)
+    loader = Loader(pipe, num_workers=2, max_batches=4, max_bytes="1MiB", timeout_s=30)
+    it = iter(loader)
+    next(it)
+    procs = list(loader._dl_iter._workers)
+    monkeypatch.setattr(loader_mod, "sys", types.SimpleNamespace(is_finalizing=lambda: True))
+    monkeypatch.setattr(loader_mod, "threading", types.SimpleNamespace(Thread=NoThread))
+    it.close()
+    monkeypatch.undo()
+    for p in procs:
+        p.join(timeout=10)
+        assert not p.is_alive(), p
+    loader.close()

@@ -430,7 +430,7 @@ MUTANTS += [
         "streambuf/loader.py",
         "        if early and not failed and not self.persistent_workers and sys.is_finalizing():",
         "        if False:",
-        "tests/test_loader_faults.py::test_sigint_to_main_process_exits_cleanly",
+        "tests/test_loader_faults.py::test_a_loop_closed_as_the_interpreter_ends_starts_no_thread",
     ),
     _m(
         "a state with a group partly delivered after a shuffle loads (refused only later)",
