@@ -48,8 +48,10 @@ def _two(shard: str) -> Any:
 
 
 def _disagree() -> tuple[list, list | None]:
-    """Ranks whose loaders agree pass ``check_ranks``; a seed, a shard order or a worker
-    count that differs on rank 1 is refused on every rank, by ``check_ranks`` and by
+    """Ranks whose loaders agree pass ``check_ranks``; each compared field (a seed, a
+    shard order, a worker count, equalize) and each source kind's identity (named
+    shards, plain items, token files, a mix's sources) that differs on rank 1 is
+    refused on every rank, by ``check_ranks`` and by
     ``DistributedState``'s save (each rank split the data by its own values: samples
     lost and repeated, without any other sign)."""
     import torch.distributed as dist
@@ -57,8 +59,15 @@ def _disagree() -> tuple[list, list | None]:
     rank = dist.get_rank()
     names = [f"shard-{k}.tar" for k in range(6)]
 
-    def loader(seed: int = 0, order=names, workers: int = 0) -> sb.Loader:
-        pipe = sb.Pipeline(list(order), expand=_two, shuffle_shards=True, seed=seed)
+    def loader(seed: int = 0, order=names, workers: int = 0, equalize=None) -> sb.Loader:
+        pipe = sb.Pipeline(
+            list(order),
+            expand=_two,
+            shuffle_shards=True,
+            seed=seed,
+            equalize=equalize,
+            samples_per_shard=2,
+        )
         pipe = pipe.batch(2, collate=list)
         return sb.Loader(pipe, num_workers=workers, max_batches=2, max_bytes="1MiB")
 
@@ -73,6 +82,7 @@ def _disagree() -> tuple[list, list | None]:
         ("seed", {"seed": rank}),
         ("shard list", {"order": names[::-1] if rank else names}),
         ("num_workers", {"workers": rank}),
+        ("equalize", {"equalize": "drop" if rank else None}),
     ):
         try:
             sb.check_ranks(loader(**kw))
@@ -103,7 +113,12 @@ def _disagree() -> tuple[list, list | None]:
         pipe = sb.mix(pipes, weights=[1, 1]).batch(2, collate=list)
         return sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB")
 
+    def items_loader(count: int) -> sb.Loader:
+        pipe = sb.Pipeline(list(range(count)), shuffle_shards=True).batch(2, collate=list)
+        return sb.Loader(pipe, num_workers=0, max_batches=2, max_bytes="1MiB")
+
     for what, make in (
+        ("items count", lambda: items_loader(12 if rank else 10)),
         ("token_files order", lambda: token_loader(files[::-1] if rank else files)),
         ("mix source order", lambda: mix_loader(rank)),
     ):
@@ -350,6 +365,8 @@ def test_ranks_that_split_the_data_differently_are_refused(runs: dict[str, Any])
         assert "disagree on seed (shuffle_shards) (rank 0: 0, rank 1: 1)" in seen[1], (rank, seen)
         assert "disagree on shard list" in seen[2], (rank, seen)
         assert "disagree on num_workers (rank 0: 0, rank 1: 1)" in seen[3], (rank, seen)
-        assert "disagree on shard list" in seen[4], (rank, seen)  # token_files order
-        assert "disagree on shard list" in seen[5], (rank, seen)  # a mix's source order
-        assert "lost and repeated" in seen[6] and "pin a number" in seen[6], (rank, seen)
+        assert "disagree on equalize" in seen[4], (rank, seen)
+        assert "disagree on shard list" in seen[5], (rank, seen)  # plain items, a count
+        assert "disagree on shard list" in seen[6], (rank, seen)  # token_files order
+        assert "disagree on shard list" in seen[7], (rank, seen)  # a mix's source order
+        assert "lost and repeated" in seen[8] and "pin a number" in seen[8], (rank, seen)

@@ -81,4 +81,11 @@ MUTANTS = [
         "(str(len(self.pipelines)))",
         "tests/test_dcp.py::test_ranks_that_split_the_data_differently_are_refused",
     ),
+    _m(
+        "ranks do not compare equalize",
+        "streambuf/checkpointing.py",
+        '        "equalize": [sharding.equalize, sharding.samples_per_shard],',
+        '        "equalize": None,',
+        "tests/test_dcp.py::test_ranks_that_split_the_data_differently_are_refused",
+    ),
 ]
