@@ -92,8 +92,8 @@ def test_the_gpu_decode_check_script_parses_and_names_its_modes():
 
 
 def test_the_device_session_script_runs_its_steps_tiny(tmp_path):
-    """benchmarks/device_session.sh's device mode runs, in one call of the device tool,
-    the buffer benchmark, issue 26's checks, the GPU benchmark and the NVDEC test; its
+    """benchmarks/device_session.sh's device mode runs, in one call on a GPU machine,
+    the buffer benchmark, the autotuning checks, the GPU benchmark and the NVDEC test; its
     smoke mode runs the same commands in their tiny modes here (the GPU benchmark on its
     CPU stand-in), under the same step caps and the same 8-file output."""
     import os
