@@ -69,7 +69,8 @@ def _record(where: Path) -> Callable[[], None]:
             self._choosing = False
         log(
             f"kept {self.count} (the check began at {self._from}): items/s {rates(self)}, "
-            f"noise {self.noise:.2f}, CPUs busy {self.busy:.2f} of {self.cpus:g}, "
+            f"noise {self.noise:.2f}, calls on a core {self.on_core:.2f}, waiting for one "
+            f"{self.waited:.2f}, CPUs {self.cores:.2f}, contended {self.contended}, "
             f"most kept {self._high}"
         )
         return got

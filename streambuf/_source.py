@@ -58,6 +58,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
+from ._cost import CallCost
 from ._inline import InlineChooser
 from ._lanes import AGAIN, LaneRunner
 from ._ledger import Ledger, Rec
@@ -170,6 +171,7 @@ class SourceRun:
         self._auto = threads == "auto" and k > 1 and getattr(access, "threaded", True)
         self.threads = k if threads is None or threads == "auto" else min(int(threads), k)
         self.tuner: ThreadTuner | None = None  # built when iteration starts
+        self._cost: CallCost | None = None  # with the tuner: what the lanes' reads cost
         self._on_threads = on_threads
         self._largest = -1  # bytes of the largest sample read so far (any phase)
         self.phases: list[int] = []  # threads of each threaded phase, in order
@@ -296,12 +298,14 @@ class SourceRun:
         threaded = getattr(self.access, "threaded", True)
         chooser = self.chooser if threaded else None
         if self._auto:
+            self._cost = CallCost()  # the lanes' reads: the tuner's contention signal
             self.tuner = ThreadTuner(
                 max_threads=k,
                 start=k,
                 window=max(32, 4 * k),
                 room=self._room,
                 held=lambda: self.held()[0],
+                cost=self._cost.totals,
             )
             if self._on_threads is not None:  # running from now (inline phases included)
                 self._on_threads(self.tuner.count)
@@ -462,6 +466,7 @@ class SourceRun:
         (ending the lane's part of the phase) when it made ``_stop_at`` items."""
         gen = self._gens[lane]
         gate = self._gate
+        cost = self._cost
         while True:
             with gate:
                 if self._closing or self._done[lane]:
@@ -470,7 +475,7 @@ class SourceRun:
                     return
                 self._driving[lane] = True
             try:
-                item = next(gen)
+                item = next(gen) if cost is None else cost.call(next, gen)
             except StopIteration:
                 with gate:
                     self._driving[lane] = False

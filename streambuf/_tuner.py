@@ -32,10 +32,16 @@ downstream work included) at one count after another, and climbs:
 2. **up**: double the count (a smaller step where the limit caps it), up to the
    *limit*: ``max_threads`` and the items the byte bound has room for (``room()``: each
    thread's item in flight counts against ``max_bytes``); no growth past the most
-   threads a check has kept (the start at first) while ``cpu_busy`` of the CPUs are
-   busy (``cpus``: the cgroup quota and affinity; ``cpu_clock``: CPU seconds of the
-   whole cgroup, the loader's other workers and the training loop included:
-   ``streambuf.resources.cpu_seconds``). The new count is kept
+   threads a check has kept (the start at first) while the stage is *contended*: more
+   threads would fight for cores. That is told from the stage's own calls
+   (``cost()``: wall, CPU and core-wait seconds of its function on its threads,
+   ``streambuf._cost.CallCost``), never from how busy the machine is: over the window,
+   its threads waited for a core ``core_wait`` (20%) of their calls' time or more (the
+   function computes on cores others or its own threads keep busy), or its threads
+   together kept ``gil_cores`` (0.8) of a CPU busy while each was on a core or waiting
+   for one less than ``gil_share`` (75%) of its calls' time (they take turns: the
+   function holds the GIL). A function that waits (a sleep, I/O, a decode that releases the GIL on free
+   cores) grows however busy other processes keep the machine. The new count is kept
    if the rate rose by ``gain`` (5% for a doubling; a smaller step in proportion) and
    by ``noise``; then up again;
 3. **down**: when the first step up did not pay (or could not be taken), halve the
@@ -50,9 +56,9 @@ downstream work included) at one count after another, and climbs:
    machine would walk every re-check down to the count that costs most). The count
    kept: the one the check began with if its rate is within ``keep`` (and the noise) of the best
    measured (a change must pay more than the noise of a loaded machine) or, when the
-   CPUs were busy, the fewest threads that did more than it by the noise (they contend
+   stage was contended, the fewest threads that did more than it by the noise (they contend
    less for the CPUs and the GIL; "more by the noise": else each check would be a coin
-   flip that can only go down, since busy CPUs stop growth: on the 2-core VM the mixed
+   flip that can only go down, since contention stops growth: on the 2-core VM the mixed
    workload walked down to 2 threads a worker and stayed); else the fewest threads
    within ``keep`` and the noise of the best. A count at the byte room (``room()``
    below ``max_threads``) gives way to the most threads below it that did as much
@@ -77,8 +83,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
-
-from .resources import cpu_limit, cpu_seconds
 
 __all__ = ["START_THREADS", "Lead", "ThreadTuner", "room_for"]
 
@@ -115,8 +119,10 @@ class ThreadTuner:
         gain: float = 1.05,
         keep: float = 0.95,
         fall: float = 0.5,
-        cpu_busy: float = 0.95,
-        cpus: float | None = None,
+        core_wait: float = 0.2,
+        gil_cores: float = 0.8,
+        gil_share: float = 0.75,
+        cost: Callable[[], tuple[float, float, float]] | None = None,
         room: Callable[[], int] | None = None,
         held: Callable[[], int] | None = None,
         min_interval_s: float = 2.0,
@@ -127,7 +133,6 @@ class ThreadTuner:
         noise_windows: int = 8,
         inline: bool = False,
         clock: Callable[[], float] = time.perf_counter,
-        cpu_clock: Callable[[], float] = cpu_seconds,
     ) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads={max_threads!r} must be >= 1")
@@ -137,13 +142,14 @@ class ThreadTuner:
         self.window = max(4, int(window))
         self._settle_items = settle
         self.min_window_s = min_window_s
-        self.gain, self.keep, self.fall, self.cpu_busy = gain, keep, fall, cpu_busy
-        self.cpus = max(float(cpu_limit() if cpus is None else cpus), 1e-3)
+        self.gain, self.keep, self.fall = gain, keep, fall
+        self.core_wait, self.gil_cores, self.gil_share = core_wait, gil_cores, gil_share
+        self._cost = cost  # the stage's own calls: (wall, cpu, core wait) seconds so far
         self._room = room
         self._held = held  # items the stage holds now, made or being made (None: 0)
         self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
         self.first_recheck_s = first_recheck_s
-        self._clock, self._cpu_clock = clock, cpu_clock
+        self._clock = clock
         self.align, self.cycles = align, max(1, int(cycles))
         self._t_start = clock()
         self.least = 0 if inline else 1  # the fewest: 0 is inline (the consumer runs fn)
@@ -151,7 +157,10 @@ class ThreadTuner:
         self._high = self.count  # the most threads a check kept (or the start)
         self.history: list[tuple[float, int, float]] = []
         self.settled_s: float | None = None
-        self.busy = 0.0  # CPUs the process kept busy in the last window
+        # the last window's stage cost: its calls' shares of their time on a core and
+        # waiting for one, and the CPUs its threads kept busy (``contended``)
+        self.on_core = self.waited = self.cores = 0.0
+        self.contended = False  # more threads would fight for cores (last window)
         # the relative difference of each window's two halves (the last ``noise_windows``):
         # how much a window's rate moves with nothing changed (``noise``)
         self._spreads: deque[float] = deque(maxlen=noise_windows)
@@ -165,7 +174,7 @@ class ThreadTuner:
         self._rates: dict[int, float] = {}  # count -> items/s measured in this check
         self._dir = ""  # "up" or "down" while a step is measured
         self._prev = self.count  # the count measured before the step
-        self._busy_from = 0.0  # CPUs busy at the check's first measurement
+        self._contended_from = False  # contended at the check's first measurement
         self._climbed = False  # a step up was kept in this check
         self._skip()
 
@@ -175,7 +184,7 @@ class ThreadTuner:
     def _measure(self) -> None:
         self._state, self._n = "measure", 0
         self._t0 = self._t_last = self._clock()
-        self._c0 = self._cpu_clock()
+        self._c0 = self._cost() if self._cost is not None else None
         self._gap_max = 0.0  # the longest pause between two items in this window
         self._ready_s = 0.0  # when the window first had its items and time (0: not yet)
         self._made0 = self._made()  # items made when the window began (step 1)
@@ -227,10 +236,10 @@ class ThreadTuner:
 
     def _up(self) -> int | None:
         new = min(max(1, 2 * self.count), self.limit())
-        if self.busy >= self.cpu_busy * self.cpus:
-            # the CPUs are busy: more threads than ever paid would only fight for them;
-            # but back up to a count kept before (a noisy window may have taken it away,
-            # and on busy CPUs nothing else would bring it back)
+        if self.contended:
+            # more threads than ever paid would only fight for cores (or the GIL); but
+            # back up to a count kept before (a noisy window may have taken it away, and
+            # while contended nothing else would bring it back)
             new = min(new, self._high)
         if new <= self.count or new in self._rates:
             return None
@@ -256,19 +265,19 @@ class ThreadTuner:
     def _choose(self) -> int | None:
         """End of a check: the count the check began with if its rate is within ``keep``
         and ``noise`` of the best measured (a change must pay more than noise; when the
-        CPUs were busy, fewer threads that did more than it by ``noise``), else the
+        stage was contended, fewer threads that did more than it by ``noise``), else the
         fewest threads within ``keep`` and ``noise`` of the best."""
         least = self._near() * max(self._rates.values())
         near = [c for c, r in self._rates.items() if r >= least]
         if self._from in near:
             count = self._from
-            if self._busy_from >= self.cpu_busy * self.cpus:
-                # on busy CPUs fewer threads doing as much are better (less contention
+            if self._contended_from:
+                # contended, fewer threads doing as much are better (less contention
                 # for the CPUs and the GIL), but only if they lost nothing: a window's
                 # noise must not take away threads that pay (the mixed workload: 2
                 # threads a worker ran 0.87 of 4, inside ``keep`` of one window's noise),
                 # so "as much" is beyond the noise (else every check would be a coin
-                # flip that can only go down: on busy CPUs the count never grows back)
+                # flip that can only go down: contended, the count never grows back)
                 same = (self.SAME + self.noise) * self._rates[self._from]
                 count = min(c for c in near if c == count or self._rates[c] >= same)
         else:
@@ -328,7 +337,7 @@ class ThreadTuner:
                 return self._choose()
             got = self._down()
             return got if got is not None else self._choose()
-        self._busy_from = self.busy  # the check's first measurement, at the current count
+        self._contended_from = self.contended  # the check's first measurement
         got = self._up()
         if got is None:
             got = self._down()
@@ -387,18 +396,33 @@ class ThreadTuner:
                 and made - made_first >= need
                 and now - t_first >= self.min_window_s
             ):
-                self._window_busy(dt)
+                self._window_cost(dt)
                 self._spread(starts, now, made)
                 return self._measured((made - made_first) / max(now - t_first, 1e-9))
             if dt < (self.cycles + 1) * self._ready_s:
                 return None  # wait for the bursts, a few times the time needed at most
         # the whole window (``align=0``, or no burst came)
-        self._window_busy(dt)
+        self._window_cost(dt)
         return self._measured((self._made() - self._made0) / max(dt, 1e-9))
 
-    def _window_busy(self, dt: float) -> None:
-        """The CPUs busy over the window that just ended (``dt`` seconds): ``busy``."""
-        self.busy = (self._cpu_clock() - self._c0) / max(dt, 1e-9)
+    def _window_cost(self, dt: float) -> None:
+        """The stage's cost over the window that just ended (``dt`` seconds): its
+        calls' shares of their time on a core (``on_core``) and waiting for one
+        (``waited``), the CPUs its threads kept busy (``cores``), and from them
+        ``contended`` (module docstring, step 2). No ``cost``: never contended."""
+        c0 = self._c0
+        if c0 is None or self._cost is None:
+            self.contended = False
+            return
+        wall, cpu, wait = (b - a for a, b in zip(c0, self._cost(), strict=True))
+        if wall <= 0.0:
+            return  # no call of the stage was sampled in the window: as before
+        self.on_core = cpu / wall
+        self.waited = wait / wall
+        self.cores = cpu / max(dt, 1e-9)
+        self.contended = self.waited >= self.core_wait or (
+            self.cores >= self.gil_cores and self.on_core + self.waited < self.gil_share
+        )
 
     def _spread(self, starts: deque[tuple[float, float, int]], now: float, made: int) -> None:
         """Record how much the window's two halves differ: its bursts split at the burst

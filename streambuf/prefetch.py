@@ -50,6 +50,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from ._cost import CallCost
 from ._counters import INLINE
 from ._inline import Action, InlineChooser
 from ._lanes import AGAIN, LaneRunner
@@ -246,6 +247,8 @@ class ThreadPrefetcher(Generic[T]):
             gate=self._gate if (auto or self._adaptive) else None,
         )
         self.tuner: ThreadTuner | None = None
+        # with "auto": what fn's calls cost on their threads, the tuner's contention signal
+        self._cost = CallCost() if auto and fn is not None else None
         if auto:
             # adaptive: inline is the tuner's count 0 (one controller, ``_TunedInline``)
             self.tuner = ThreadTuner(
@@ -254,6 +257,7 @@ class ThreadPrefetcher(Generic[T]):
                 room=self._room,
                 held=lambda: self._window.held()[0],
                 inline=self._adaptive,
+                cost=self._cost.totals if self._cost is not None else None,
             )
         self.chooser = (
             InlineChooser(max(4 * self._threads_n, 32)) if self._adaptive and not auto else None
@@ -418,7 +422,8 @@ class ThreadPrefetcher(Generic[T]):
         if fn is None:
             return seq, item
         try:
-            return seq, fn(item)
+            cost = self._cost
+            return seq, (fn(item) if cost is None else cost.call(fn, item))
         except StopIteration as stop:  # from fn: it must not end the stream
             raise stop_as_error(stop, "fn", self._where(idx)) from stop
         except BaseException as exc:
@@ -477,7 +482,8 @@ class ThreadPrefetcher(Generic[T]):
             f"while processing item #{idx}"
         )
         try:
-            out = fn(item)
+            cost = self._cost
+            out = fn(item) if cost is None else cost.call(fn, item)
         except StopIteration as stop:  # from fn, inline: not the end of the stream either
             raise stop_as_error(stop, "fn", where) from stop
         except BaseException as exc:

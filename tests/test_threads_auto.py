@@ -1,11 +1,14 @@
 """``map(threads="auto")``: ``ThreadTuner``'s decisions on a fake clock (grows while the
-rate rises, stops at the byte room and at busy CPUs, shrinks under GIL-bound work, backs
+rate rises, stops at the byte room and where the stage's own calls fight for cores or the
+GIL (never because other processes keep the machine busy), shrinks under GIL-bound work, backs
 off its re-checks), and ``ThreadPrefetcher`` carrying them out: order, exactly-once,
 the byte bound, errors, shutdown and exact resume while threads are added and retired."""
 
 from __future__ import annotations
 
 import itertools
+import math
+import os
 import random
 import threading
 import time
@@ -16,6 +19,7 @@ import pytest
 import torchdata.nodes
 
 import streambuf as sb
+from streambuf._cost import CallCost
 from streambuf._inline import InlineChooser
 from streambuf._tuner import ThreadTuner
 from streambuf.prefetch import ThreadPrefetcher
@@ -25,29 +29,49 @@ pytestmark = pytest.mark.timeout(120)
 
 
 # -- the controller on a fake clock --------------------------------------------------------
+# What a stage's calls cost: (share of a call's time its thread is on a core, share it
+# waits in the run queue for one); the rest it waits off-core (a sleep, I/O, the GIL)
+Profile = tuple[float, float]
+WAITS: Profile = (0.01, 0.0)  # sleeps: 1% on a core, a quiet machine
+WAITS_ON_A_BUSY_MACHINE: Profile = (0.01, 0.08)  # woken threads wait a little for a core
+CONTENDED: Profile = (0.5, 0.45)  # computes, and waits for cores half the time
+
+
+def gil_bound(count: int) -> Profile:
+    """The threads take turns holding the GIL: each is on a core 1/count of its calls."""
+    return (1.0 / max(1, count), 0.0)
+
+
 class Clocks:
-    """A wall clock and a CPU clock that advance only when ``item`` is called."""
+    """A wall clock and the stage's call cost (``ThreadTuner``'s ``cost``: wall, CPU and
+    core-wait seconds of its calls over its threads), advancing only in ``item``."""
 
     def __init__(self) -> None:
         self.t = 0.0
-        self.cpu = 0.0
+        self.calls = [0.0, 0.0, 0.0]
 
     def wall(self) -> float:
         return self.t
 
-    def cpu_time(self) -> float:
-        return self.cpu
+    def cost(self) -> tuple[float, float, float]:
+        return self.calls[0], self.calls[1], self.calls[2]
 
-    def item(self, rate: float, busy: float) -> None:
-        dt = 1.0 / rate
+    def advance(self, dt: float, count: int, profile: Profile) -> None:
+        """``dt`` seconds pass with ``count`` threads inside calls of ``profile``."""
         self.t += dt
-        self.cpu += busy * dt
+        busy = max(1, count) * dt
+        self.calls[0] += busy
+        self.calls[1] += profile[0] * busy
+        self.calls[2] += profile[1] * busy
+
+    def item(self, rate: float, count: int, profile: Profile = WAITS) -> None:
+        self.advance(1.0 / rate, count, profile)
 
 
 def tuner(clocks: Clocks, **kw) -> ThreadTuner:  # type: ignore[no-untyped-def]
     opts = dict(max_threads=64, window=16, min_window_s=0.01, min_interval_s=1.0)
     opts.update(kw)
-    return ThreadTuner(clock=clocks.wall, cpu_clock=clocks.cpu_time, **opts)  # type: ignore[arg-type]
+    return ThreadTuner(clock=clocks.wall, cost=clocks.cost, **opts)  # type: ignore[arg-type]
 
 
 def drive(
@@ -55,12 +79,13 @@ def drive(
     clocks: Clocks,
     rate: Callable[[int], float],
     n: int,
-    busy: Callable[[int], float] = lambda c: 0.05,
+    profile: Callable[[int], Profile] = lambda c: WAITS,
 ) -> list[int]:
-    """``n`` items at ``rate(count)`` items/s; the counts taken, in order."""
+    """``n`` items at ``rate(count)`` items/s, calls of ``profile(count)``; the counts
+    taken, in order."""
     counts = []
     for _ in range(n):
-        clocks.item(rate(t.count), busy(t.count))
+        clocks.item(rate(t.count), t.count, profile(t.count))
         got = t.tick()
         if got is not None:
             counts.append(got)
@@ -93,12 +118,104 @@ def test_stops_at_the_byte_room() -> None:
     assert max(counts) == 12 and t.count == 12, counts
 
 
-def test_stops_growing_while_the_cpus_are_busy() -> None:
+def test_stops_growing_where_its_threads_wait_for_cores() -> None:
     c = Clocks()
-    t = tuner(c, cpus=1.0)
-    # each thread keeps a tenth of a CPU busy: 16 threads use 1.6 (>= 0.9 of 1 CPU)
-    counts = drive(t, c, latency_bound, 4000, busy=lambda n: 0.1 * n)
+    t = tuner(c)
+    # the more threads, the longer each waits for a core: 8 wait 10% of their calls'
+    # time, 16 wait 22% (``core_wait``: 20%): no growth past 16, though the rate still rises
+    counts = drive(t, c, latency_bound, 4000, profile=lambda n: (0.02, 0.014 * n))
     assert max(counts) == 16 and t.count == 16, counts
+
+
+def test_a_waiting_stage_grows_however_busy_other_processes_keep_the_machine() -> None:
+    # a sleep-bound stage while other processes keep every CPU busy: its threads are
+    # on a core 1% of their calls' time and wait a little for one after each wake-up;
+    # nothing of that says more threads would fight for cores: it grows to the limit
+    c = Clocks()
+    t = tuner(c, max_threads=32)
+    counts = drive(t, c, latency_bound, 3000, profile=lambda n: WAITS_ON_A_BUSY_MACHINE)
+    assert counts[:3] == [8, 16, 32] and t.count == 32, counts
+    assert not t.contended
+
+
+def test_a_computing_stage_on_a_busy_machine_does_not_grow() -> None:
+    # a CPU-bound stage on CPUs others keep busy: its threads wait for cores half the
+    # time. A window that reads a little faster at more threads (noise) must not grow it
+    c = Clocks()
+    t = tuner(c, max_threads=32)
+    counts = drive(
+        t, c, lambda n: 1000.0 * (1.0 + 0.08 * n.bit_length()), 3000, profile=lambda n: CONTENDED
+    )
+    assert all(k <= 4 for k in counts) and t.count <= 4, counts
+    assert t.contended and t.waited == pytest.approx(0.45)
+
+
+def test_a_stage_that_holds_the_gil_does_not_grow() -> None:
+    # threads that take turns at the GIL: together one CPU, each on a core 1/count of
+    # its calls' time; more threads cannot add: growth is refused even where a window
+    # reads faster
+    c = Clocks()
+    t = tuner(c, max_threads=32)
+    counts = drive(t, c, lambda n: 1000.0 * (1.0 + 0.08 * n.bit_length()), 3000, profile=gil_bound)
+    assert all(k <= 4 for k in counts) and t.count <= 4, counts
+    assert t.contended and t.cores == pytest.approx(1.0)
+    # one thread holding the GIL alone (on a core all its calls' time) is not contended:
+    # a second thread is measured
+    c = Clocks()
+    t = tuner(c, max_threads=32, start=1)
+    counts = drive(t, c, latency_bound, 200, profile=lambda n: (1.0, 0.0) if n == 1 else WAITS)
+    assert counts[:1] == [2], counts
+
+
+def test_the_call_cost_tells_a_waiting_call_from_a_computing_one() -> None:
+    # real threads, real clocks: a sleep is off-core; a spin is on a core or waiting
+    # for one (a busy machine moves the share between the two, not their sum)
+    cost = CallCost(every=1)
+    for _ in range(5):
+        cost.call(time.sleep, 0.02)
+    wall, cpu, wait = cost.totals()
+    assert wall >= 0.09 and cpu + wait < 0.5 * wall, (wall, cpu, wait)
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    cost = CallCost(every=1)
+    thread = threading.Thread(target=cost.call, args=(spin, 0.1))
+    thread.start()
+    thread.join(timeout=30)
+    wall, cpu, wait = cost.totals()
+    assert wall >= 0.09 and cpu <= 1.05 * wall, (wall, cpu, wait)
+    if os.path.exists("/proc/thread-self/schedstat"):
+        # alone (no other thread wants the GIL): on a core, or waiting for one
+        assert cpu + wait >= 0.8 * wall, (wall, cpu, wait)
+
+
+def test_the_call_cost_is_scaled_from_its_sampled_calls() -> None:
+    cost = CallCost(every=4)
+    for _ in range(8):  # calls 0 and 4 sampled
+        cost.call(time.sleep, 0.01)
+    wall, _, _ = cost.totals()
+    assert 0.075 <= wall < 0.5, wall
+
+
+def test_a_threaded_map_measures_what_its_calls_cost() -> None:
+    p = ThreadPrefetcher(
+        range(2000), max_items=64, max_bytes="16MiB", threads="auto", max_threads=8, fn=sleepy
+    )
+    assert p.tuner is not None
+    assert list(p) == list(range(2000))
+    assert p.tuner.settled_s is not None, p.tuner.history  # (its windows were measured)
+    # windows measured the function's calls: on a core a small share of their time
+    assert p.tuner.cores > 0.0 and p.tuner.on_core < 0.5, (p.tuner.cores, p.tuner.on_core)
+
+
+def test_without_a_cost_signal_only_the_rate_decides() -> None:
+    c = Clocks()
+    t = ThreadTuner(max_threads=32, window=16, min_window_s=0.01, clock=c.wall)
+    counts = drive(t, c, latency_bound, 3000, profile=lambda n: CONTENDED)
+    assert counts[:3] == [8, 16, 32] and not t.contended, counts
 
 
 def test_shrinks_to_one_thread_under_gil_bound_work() -> None:
@@ -131,8 +248,8 @@ def test_a_waiting_function_is_never_taken_inline() -> None:
     assert counts[:3] == [8, 16, 32] and 0 not in counts and t.count == 32, counts
     # a plateau: the check keeps its count, it does not go inline
     c = Clocks()
-    t = tuner(c, inline=True, cpus=2.0)
-    drive(t, c, lambda n: 1000.0, 2000, busy=lambda n: 0.2)
+    t = tuner(c, inline=True)
+    drive(t, c, lambda n: 1000.0, 2000, profile=lambda n: (0.05, 0.0))
     assert t.count == 4
 
 
@@ -161,18 +278,19 @@ def test_a_bursty_consumer_is_measured_over_whole_bursts() -> None:
     assert t.count == 4  # 8 did not pay; 2 is 25% slower
 
 
-def test_a_plateau_keeps_its_count_unless_the_cpus_are_busy() -> None:
+def test_a_plateau_keeps_its_count_unless_the_stage_is_contended() -> None:
     # the same rate at every count (the consumer is the limit): noise must not move the
     # count, so the check keeps the one it began with ...
     c = Clocks()
-    t = tuner(c, cpus=2.0)
-    drive(t, c, lambda n: 1000.0, 600, busy=lambda n: 0.2)
+    t = tuner(c)
+    drive(t, c, lambda n: 1000.0, 600, profile=lambda n: (0.05, 0.0))
     assert t.count == 4 and t.settled_s is not None
-    # ... but on busy CPUs fewer threads doing as much is better: down to one (and the
-    # re-checks try 2 again: back up to a count kept before, the start's 4 at most)
+    # ... but where its threads fight for cores fewer threads doing as much is better:
+    # down to one (and the re-checks try 2 again: back up to a count kept before, the
+    # start's 4 at most)
     c = Clocks()
-    t = tuner(c, cpus=2.0)
-    counts = drive(t, c, lambda n: 1000.0, 3000, busy=lambda n: 1.95)
+    t = tuner(c)
+    counts = drive(t, c, lambda n: 1000.0, 3000, profile=lambda n: CONTENDED)
     assert counts[:2] == [2, 1] and set(counts[2:]) <= {1, 2}, counts
     assert t.count == 1 or t._state != "settled"
 
@@ -214,25 +332,25 @@ def test_burst_starts_are_counted_against_the_longest_pause() -> None:
     assert checked > 1000 and t.settled_s is not None
 
 
-def test_on_busy_cpus_fewer_threads_are_kept_only_if_they_lose_nothing() -> None:
-    # busy CPUs, and each thread still pays a little: 2 threads run 0.96 of 4 (inside
-    # ``keep`` of the best, a window's noise on a loaded machine): 4 stay
+def test_contended_fewer_threads_are_kept_only_if_they_lose_nothing() -> None:
+    # threads that fight for cores, and each thread still pays a little: 2 threads run
+    # 0.96 of 4 (inside ``keep`` of the best, a window's noise on a loaded machine): 4 stay
     c = Clocks()
-    t = tuner(c, cpus=2.0, max_threads=8)
+    t = tuner(c, max_threads=8)
     slope = {1: 900.0, 2: 960.0}
-    counts = drive(t, c, lambda n: slope.get(n, 1000.0), 600, busy=lambda n: 1.95)
-    # down to 2 and 1 (no growth on busy CPUs), back to 4; each re-check does the same
+    counts = drive(t, c, lambda n: slope.get(n, 1000.0), 600, profile=lambda n: CONTENDED)
+    # down to 2 and 1 (no growth while contended), back to 4; each re-check does the same
     assert counts[:3] == [2, 1, 4] and t.settled_s is not None, counts
     assert t.history[2][0] == pytest.approx(t.settled_s)
 
 
 def test_a_recheck_goes_down_only_while_a_step_loses_nothing() -> None:
-    # the mixed workload's shape on busy CPUs: each thread a worker pays less, and one
+    # the mixed workload's shape, contended: each thread a worker pays less, and one
     # thread runs 0.6 of 4: the first check looks all the way down, a re-check one step
     c = Clocks()
-    t = tuner(c, cpus=2.0, max_threads=8, min_interval_s=1.0)
+    t = tuner(c, max_threads=8, min_interval_s=1.0)
     slope = {1: 600.0, 2: 870.0}
-    counts = drive(t, c, lambda n: slope.get(n, 1000.0), 3000, busy=lambda n: 1.95)
+    counts = drive(t, c, lambda n: slope.get(n, 1000.0), 3000, profile=lambda n: CONTENDED)
     assert counts[:3] == [2, 1, 4], counts  # the first check: down to 1, back to 4
     assert len(counts) > 5 and counts[3:] == [2, 4] * ((len(counts) - 3) // 2), counts
     assert t.count == 4
@@ -249,7 +367,7 @@ def test_the_first_decision_is_checked_again_soon() -> None:
 
     when: dict[int, float] = {}
     for _ in range(20_000):
-        c.item(rate(t.count), 0.05)
+        c.item(rate(t.count), t.count)
         if t.tick() is not None:
             when.setdefault(t.count, c.t)
         if c.t > 3.0:
@@ -269,7 +387,7 @@ def test_rechecks_back_off_and_follow_a_change() -> None:
     marks = []
     for _ in range(40_000):
         before = t._state
-        c.item(latency_bound(t.count), 0.05)
+        c.item(latency_bound(t.count), t.count)
         t.tick()
         if before == "settled" and t._state != "settled":
             marks.append(c.t)
@@ -287,7 +405,7 @@ def noisy_run(
     rates: dict[int, float],
     seed: int,
     *,
-    busy: float,
+    profile: Profile,
     seconds: float = 30.0,
     cv: float = 0.3,
     **kw: Any,
@@ -299,7 +417,7 @@ def noisy_run(
     the tuner)."""
     rnd = random.Random(seed)
     c = Clocks()
-    t = tuner(c, cpus=2.0, window=32, min_window_s=0.1, min_interval_s=2.0, **kw)
+    t = tuner(c, window=32, min_window_s=0.1, min_interval_s=2.0, **kw)
     at: dict[int, float] = {}
     items = 0
     while c.t < seconds:
@@ -307,8 +425,7 @@ def noisy_run(
         cycle = 32 / rates[k] * max(0.2, rnd.gauss(1.0, cv))
         for i in range(32):
             dt = 1e-4 if i else cycle - 31e-4
-            c.t += dt
-            c.cpu += busy * dt
+            c.advance(dt, k, profile)
             at[k] = at.get(k, 0.0) + dt
             t.tick()
             items += 1
@@ -323,22 +440,22 @@ MIXED_SHAPE = {1: 0.6, 2: 0.9, 4: 0.97, 8: 1.0, 16: 0.98, 32: 0.95, 64: 0.9}
 def test_the_noise_of_a_loaded_machine_is_measured() -> None:
     # (a smooth stream of the same rate is measured as noise-free, above: every other
     # test of this file runs at 0)
-    quiet = noisy_run({k: 600.0 for k in MIXED_SHAPE}, 0, busy=0.5, cv=0.0, seconds=5)[2]
+    quiet = noisy_run({k: 600.0 for k in MIXED_SHAPE}, 0, profile=WAITS, cv=0.0, seconds=5)[2]
     assert quiet.noise == pytest.approx(0.0, abs=1e-6)
-    loud = noisy_run({k: 600.0 for k in MIXED_SHAPE}, 0, busy=0.5, cv=0.3, seconds=5)[2]
+    loud = noisy_run({k: 600.0 for k in MIXED_SHAPE}, 0, profile=WAITS, cv=0.3, seconds=5)[2]
     # windows of three cycles with a CV of 0.3: their halves differ by ~0.2-0.4
     assert 0.1 < loud.noise < 0.6, loud.noise
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_on_a_noisy_machine_the_count_does_not_walk_down(seed: int) -> None:
-    # busy CPUs (no growth), windows that differ by ~30% at one count: a check that
+    # contended (no growth), windows that differ by ~30% at one count: a check that
     # takes fewer threads whenever a window of them reads as much is a coin flip that
     # only goes down (the mixed row on the 2-core VM ended at 2 threads a worker in 2 of
     # 3 runs, and each re-check from there measured 1: 0.6 of the best). Fewer threads
     # are taken only where they did more than the noise (``ThreadTuner.noise``).
     rates = {k: 600.0 * v for k, v in MIXED_SHAPE.items()}
-    rate, at, t = noisy_run(rates, seed, busy=1.96)
+    rate, at, t = noisy_run(rates, seed, profile=CONTENDED)
     total = sum(at.values())
     assert rate >= 0.85 * 600.0, (rate, at, t.history)
     assert at.get(1, 0.0) <= 0.2 * total, (at, t.history)
@@ -352,23 +469,23 @@ def test_on_a_noisy_machine_the_count_stays_where_it_pays() -> None:
     rates = {k: 600.0 * v for k, v in MIXED_SHAPE.items()}
     shares = []
     for seed in range(8):
-        _, at, _ = noisy_run(rates, seed, busy=1.96)
+        _, at, _ = noisy_run(rates, seed, profile=CONTENDED)
         shares.append(sum(s for k, s in at.items() if k >= 4) / sum(at.values()))
     assert sum(shares) / len(shares) >= 0.5, shares
 
 
-def test_on_busy_cpus_a_count_taken_away_comes_back() -> None:
+def test_contended_a_count_taken_away_comes_back() -> None:
     # for the first second 2 threads do clearly more than 4 (a start-up, another
-    # worker's burst), then 4 do: on busy CPUs growth past the counts kept is refused,
+    # worker's burst), then 4 do: contended, growth past the counts kept is refused,
     # but back to a count kept before (the start's 4) is not
     c = Clocks()
-    t = tuner(c, cpus=2.0, max_threads=8, min_interval_s=1.0)
+    t = tuner(c, max_threads=8, min_interval_s=1.0)
 
     def rate(n: int) -> float:
         early = c.t < 1.0
         return {2: 1500.0 if early else 1000.0, 4: 1000.0 if early else 1500.0}.get(n, 500.0)
 
-    counts = drive(t, c, rate, 20_000, busy=lambda n: 1.95)
+    counts = drive(t, c, rate, 20_000, profile=lambda n: CONTENDED)
     assert 2 in counts[:3] and t.count == 4 and c.t > 5.0, (counts, t.history)
 
 
@@ -377,7 +494,7 @@ def test_on_a_noisy_machine_a_plateau_does_not_climb(seed: int) -> None:
     # the consumer is the limit (every count delivers the same) and the CPUs are not
     # busy: a step up that paid by noise alone would be kept, and the next, ... (each a
     # thread's item held and its CPU spent for nothing)
-    _, at, t = noisy_run({k: 600.0 for k in MIXED_SHAPE}, seed, busy=0.5)
+    _, at, t = noisy_run({k: 600.0 for k in MIXED_SHAPE}, seed, profile=WAITS)
     total = sum(at.values())
     mean = sum(k * s for k, s in at.items()) / total
     assert mean <= 8.0 and at.get(64, 0.0) == 0.0, (mean, at, t.history)
@@ -387,7 +504,7 @@ def test_on_a_noisy_machine_a_plateau_does_not_climb(seed: int) -> None:
 def test_on_a_noisy_machine_a_clear_difference_is_still_taken(seed: int) -> None:
     # a GIL-bound function on the same machine: one thread runs 1.5x of four
     rates = {1: 900.0, 2: 720.0, 4: 600.0, 8: 560.0, 16: 520.0, 32: 500.0, 64: 500.0}
-    rate, at, t = noisy_run(rates, seed, busy=1.96)
+    rate, at, t = noisy_run(rates, seed, profile=CONTENDED)
     total = sum(at.values())
     assert at.get(1, 0.0) + at.get(2, 0.0) >= 0.75 * total, (at, t.history)
     assert rate >= 0.8 * 900.0, (rate, t.history)
@@ -406,7 +523,7 @@ def test_at_the_byte_room_a_count_that_pays_nothing_more_is_not_kept(seed: int) 
     re-check from a capped count now measures the count the step began at, and at the
     byte room fewer threads that did as much are taken."""
     rates = {k: v for k, v in SEED_SHAPE.items()}
-    _, at, t = noisy_run(rates, seed, busy=1.0, cv=0.1, room=lambda: 21)
+    _, at, t = noisy_run(rates, seed, profile=WAITS, cv=0.1, room=lambda: 21)
     assert at.get(21, 0.0) <= 0.2 * sum(at.values()), (at, t.history)
     assert at.get(16, 0.0) >= 0.6 * sum(at.values()), (at, t.history)
 
@@ -415,7 +532,7 @@ def test_at_the_byte_room_a_count_that_pays_is_kept() -> None:
     # the 64 KiB workload's shape: 16 -> 21 pays ~25% (fixed counts: 195 -> 227-241)
     rates = {k: 96.5 * min(k, 21) if k else 50.0 for k in SEED_SHAPE}
     for seed in range(4):
-        _, at, t = noisy_run(rates, seed, busy=1.0, cv=0.1, room=lambda: 21)
+        _, at, t = noisy_run(rates, seed, profile=WAITS, cv=0.1, room=lambda: 21)
         assert at.get(21, 0.0) >= 0.8 * sum(at.values()), (at, t.history)
 
 
@@ -449,8 +566,7 @@ class Buffered:
         else:  # the buffer is empty: the consumer waits for the threads' next item
             dt = max(1.0 / made, 1.0 / self.consumer)
             self.buffer = min(float(self.capacity), max(0.0, self.buffer + made * dt - 1.0))
-        self.clocks.t += dt
-        self.clocks.cpu += 0.05 * dt
+        self.clocks.advance(dt, count, WAITS)
 
 
 @pytest.mark.parametrize("use_held", [True, False])
@@ -653,8 +769,8 @@ def test_the_byte_bound_caps_the_count_and_holds() -> None:
     )
     assert p.tuner is not None
     # the byte room is the subject: a machine whose CPUs other tests keep busy (CI's
-    # second worker, a second run) must not stop the growth by the busy-CPU rule instead
-    p.tuner.cpus = 1e9
+    # second worker, a second run) must not stop the growth by the contention rule instead
+    p.tuner.core_wait = p.tuner.gil_cores = math.inf
     peak = [0]
     p._window._observer = lambda w: peak.__setitem__(0, max(peak[0], w._bytes))
     counts = []

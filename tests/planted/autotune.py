@@ -25,11 +25,11 @@ MUTANTS = [
         "::test_the_byte_bound_caps_the_count_and_holds",
     ),
     _m(
-        "the controller grows while the CPUs are busy",
+        "the controller grows while its threads fight for cores",
         "streambuf/_tuner.py",
-        "        if self.busy >= self.cpu_busy * self.cpus:\n",
+        "        if self.contended:\n",
         "        if False:\n",
-        "::test_stops_growing_while_the_cpus_are_busy",
+        "::test_stops_growing_where_its_threads_wait_for_cores",
     ),
     _m(
         "a window counts the items delivered, not those made (a step down reads the buffer)",
@@ -74,11 +74,11 @@ MUTANTS = [
         "::test_a_recheck_goes_down_only_while_a_step_loses_nothing",
     ),
     _m(
-        "on busy CPUs the controller takes the fewest threads within keep of the best",
+        "contended, the controller takes the fewest threads within keep of the best",
         "streambuf/_tuner.py",
         "                count = min(c for c in near if c == count or self._rates[c] >= same)",
         "                count = min(near)",
-        "::test_on_busy_cpus_fewer_threads_are_kept_only_if_they_lose_nothing",
+        "::test_contended_fewer_threads_are_kept_only_if_they_lose_nothing",
     ),
     _m(
         "a retired thread drops the item it made",
@@ -118,11 +118,11 @@ MUTANTS += [
 ]
 MUTANTS += [
     _m(
-        "the controller keeps a count on busy CPUs when fewer threads do as much",
+        "the controller keeps a count, contended, when fewer threads do as much",
         "streambuf/_tuner.py",
-        "            if self._busy_from >= self.cpu_busy * self.cpus:\n",
+        "            if self._contended_from:\n",
         "            if False:\n",
-        "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
+        "::test_a_plateau_keeps_its_count_unless_the_stage_is_contended",
     ),
     _m(
         "the first decision, made in the start-up, waits the full interval for a re-check",
@@ -136,7 +136,7 @@ MUTANTS += [
         "streambuf/_tuner.py",
         "        if self._from in near:\n            count = self._from\n",
         "        if False:\n            count = self._from\n",
-        "::test_a_plateau_keeps_its_count_unless_the_cpus_are_busy",
+        "::test_a_plateau_keeps_its_count_unless_the_stage_is_contended",
     ),
     _m(
         "paused lanes keep their reservation (wait inside the pull)",
@@ -308,7 +308,7 @@ MUTANTS += [
         "::test_on_a_noisy_machine_the_count_does_not_walk_down",
     ),
     _m(
-        "on busy CPUs fewer threads are taken when one window of them reads as much",
+        "contended, fewer threads are taken when one window of them reads as much",
         "streambuf/_tuner.py",
         "                same = (self.SAME + self.noise) * self._rates[self._from]",
         "                same = self.SAME * self._rates[self._from]",
@@ -373,11 +373,11 @@ MUTANTS += [
 ]
 MUTANTS += [
     _m(
-        "on busy CPUs a count taken away by a noisy window never comes back",
+        "contended, a count taken away by a noisy window never comes back",
         "streambuf/_tuner.py",
         "            new = min(new, self._high)",
         "            return None",
-        "::test_on_busy_cpus_a_count_taken_away_comes_back",
+        "::test_contended_a_count_taken_away_comes_back",
         "::test_on_a_noisy_machine_the_count_stays_where_it_pays",
     ),
 ]
@@ -411,5 +411,50 @@ MUTANTS += [
         "            new = self._below(self._from)",
         "            new = max(self.least, self._from // 2)",
         "::test_a_check_whose_first_step_up_fails_looks_down_on_the_grid",
+    ),
+]
+MUTANTS += [
+    _m(
+        "the controller ignores its threads' wait for cores",
+        "streambuf/_tuner.py",
+        "        self.contended = self.waited >= self.core_wait or (",
+        "        self.contended = False or (",
+        "::test_stops_growing_where_its_threads_wait_for_cores",
+        "::test_a_computing_stage_on_a_busy_machine_does_not_grow",
+    ),
+    _m(
+        "the controller ignores a function that holds the GIL",
+        "streambuf/_tuner.py",
+        "            self.cores >= self.gil_cores and self.on_core + self.waited < self.gil_share",
+        "            False",
+        "::test_a_stage_that_holds_the_gil_does_not_grow",
+    ),
+    _m(
+        "a waiting stage is taken for a contended one (the busy machine stops it)",
+        "streambuf/_tuner.py",
+        "        self.contended = self.waited >= self.core_wait or (",
+        "        self.contended = self.waited > 0.0 or (",
+        "::test_a_waiting_stage_grows_however_busy_other_processes_keep_the_machine",
+    ),
+    _m(
+        "the call cost is not scaled from the sampled calls to all of them",
+        "streambuf/_cost.py",
+        "                scale = calls / sampled / 1e9",
+        "                scale = 1 / 1e9",
+        "::test_the_call_cost_is_scaled_from_its_sampled_calls",
+    ),
+    _m(
+        "a threaded map's tuner gets no cost signal",
+        "streambuf/prefetch.py",
+        "                cost=self._cost.totals if self._cost is not None else None,",
+        "                cost=None,",
+        "::test_a_threaded_map_measures_what_its_calls_cost",
+    ),
+    _m(
+        "the source lanes' tuner gets no cost signal",
+        "streambuf/_source.py",
+        "                cost=self._cost.totals,",
+        "                cost=None,",
+        "tests/sources/test_lane_threads.py::test_the_tuner_keeps_a_thread_per_lane_where_every_lane_waits",
     ),
 ]

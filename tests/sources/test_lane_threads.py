@@ -7,6 +7,7 @@ and an exact resume hold whatever the count does."""
 from __future__ import annotations
 
 import functools
+import math
 import random
 import threading
 import time
@@ -312,9 +313,11 @@ def test_the_tuner_keeps_a_thread_per_lane_where_every_lane_waits(tmp_path: Path
     with FaultyServer(tmp_path / "s") as srv:
         srv.latency_s = 0.02
         urls = [srv.url(f"shard-{i:06d}.tar") for i in range(SHARDS)]
-        # (the busy-CPU rule, tested on its own, keeps the fewest threads within 5%; the
+        # (the contention rule, tested on its own, keeps the fewest threads within 5%; the
         # first decision is the one under test: no re-check inside this ~2-3 s stream)
-        idle = functools.partial(ThreadTuner, cpu_clock=lambda: 0.0, first_recheck_s=60.0)
+        idle = functools.partial(
+            ThreadTuner, core_wait=math.inf, gil_cores=math.inf, first_recheck_s=60.0
+        )
         saved, source_mod.ThreadTuner = source_mod.ThreadTuner, idle  # type: ignore[misc]
         try:
             stream = stream_shards(urls, lanes="auto", readahead_bytes=0, adaptive=False)
@@ -329,6 +332,8 @@ def test_the_tuner_keeps_a_thread_per_lane_where_every_lane_waits(tmp_path: Path
     assert tuner.settled_s is not None, tuner.history  # the first check decided
     tried = [c for _, c, _ in tuner.history]  # 4 (then maybe 2), then back to 8
     assert tried and tried[0] == 4 and tuner.count == AUTO_LANES, tuner.history
+    # the lanes' reads were measured (the contention signal): they wait, mostly
+    assert tuner.cores > 0.0 and tuner.on_core < 0.5, (tuner.cores, tuner.on_core)
 
 
 @pytest.mark.serial
