@@ -28,12 +28,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 1 if report.get("errors") else 0
 
 
+def _workers(text: str) -> int | str:
+    """``--num-workers``: an int, or "auto"."""
+    return text if text == "auto" else int(text)
+
+
 def _tune(args: argparse.Namespace) -> int:
     from .tune import NothingToTune, check_options, load_pipeline, tune
 
     try:
         check_options(
             num_workers=args.num_workers,
+            seconds=args.seconds,
             batches=args.batches,
             memory_fraction=args.memory_fraction,
         )
@@ -45,6 +51,7 @@ def _tune(args: argparse.Namespace) -> int:
             load_pipeline(args.pipeline),
             num_workers=args.num_workers,
             batches=args.batches,
+            seconds=args.seconds,
             memory_fraction=args.memory_fraction,
         )
     except NothingToTune as exc:
@@ -89,8 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     _add_bench(sub)
     t = sub.add_parser("tune", help="measure a pipeline at several depths; recommend settings")
     t.add_argument("pipeline", help="MODULE:NAME or FILE.py:NAME (a Pipeline or a function)")
-    t.add_argument("--num-workers", type=int, default=2)
-    t.add_argument("--batches", type=int, default=30, help="batches per trial")
+    t.add_argument(
+        "--num-workers",
+        type=_workers,
+        default="auto",
+        help="worker processes (default: auto, the count Loader takes by default)",
+    )
+    t.add_argument("--batches", type=int, default=30, help="batches per trial, at least")
+    t.add_argument(
+        "--seconds", type=float, default=3.0, help="seconds per trial, at least (default 3)"
+    )
     t.add_argument("--memory-fraction", type=float, default=0.25)
     t.set_defaults(func=_tune)
     args = parser.parse_args(argv)

@@ -63,7 +63,7 @@ from .depth import DepthTuner
 from .device import DevicePrefetcher, check_device
 from .errors import WorkerError
 from .pipeline import Pipeline
-from .resources import recommend
+from .resources import LoaderDefaults, loader_defaults, read_limits
 from .sharding import current_rank_world
 from .sizing import nbytes
 from .stats import LoaderStats, StatsLog
@@ -89,15 +89,28 @@ class Loader:
 
     Args:
         pipeline: the ``streambuf.Pipeline`` (batching happens inside it: ``.batch(n)``).
-        num_workers: DataLoader worker processes (0: iterate in this process), or
-            ``"auto"``: ``streambuf.recommend()``'s count from the CPU limit (cgroup
-            quota, affinity): one process per usable CPU, one left for the training loop
-            above two; at most ``max_batches`` (in order) and 64. Worth it where the work holds the GIL (Python decode, parsing);
-            where samples wait (I/O, sleeps), ``map(threads="auto")`` adds concurrency
-            more cheaply than processes.
-        max_batches: batches in flight at most (>= num_workers when in_order).
-        max_bytes: bytes in flight at most (int or "4GiB"); covers the batch being built
-            and the stage buffers.
+        num_workers (int or str, optional): DataLoader worker processes (0: iterate in
+            this process), or ``"auto"``: one process per usable CPU (the fewest of the
+            cgroup CPU quota and affinity, ``os.cpu_count()`` and the most torch's
+            DataLoader suggests), one left for the training loop above two; at most one
+            per 512 MiB in half the memory limit, ``max_batches`` (given, in order) and
+            64; 0 when the pipeline decodes onto a device
+            (``streambuf.resources.auto_num_workers``, docs/defaults.md). Worth it where
+            the work holds the GIL (Python decode, parsing); where samples wait (I/O,
+            sleeps), ``map(threads="auto")`` adds concurrency more cheaply than
+            processes. Default: ``"auto"``.
+        max_batches (int or str, optional): batches in flight at most (>= num_workers
+            when in_order), or ``"auto"``: 4 per worker, at least 2 (the depth tuner
+            starts at 2 per worker and grows up to it). Default: ``"auto"``.
+        max_bytes (int or str, optional): bytes in flight at most (int or "4GiB");
+            covers the batch being built and the stage buffers. ``"auto"``: 25% of the
+            memory available (``streambuf.resources.memory_available``: the system's,
+            within the cgroup limit minus its usage), at least 256 MiB and at most
+            16 GiB, raised to twice the pipeline's fixed stage buffers (``pack``'s
+            block) where they need more and half the memory available holds that
+            (else ``ValueError`` naming the bytes to pin). Default: ``"auto"``.
+            The values chosen for ``"auto"`` are logged once (INFO, logger
+            ``"streambuf"``) and kept in ``loader.defaults``.
         in_order: deliver in a deterministic order (sharded credits) or as ready (pooled).
         pin_memory: let the DataLoader pin batches (only useful without ``device``).
         device: "cuda" to prefetch batches to the GPU on a side stream; "cpu"/None: no.
@@ -138,9 +151,9 @@ class Loader:
         pipeline: Pipeline,
         /,
         *,
-        num_workers: int | str,
-        max_batches: int,
-        max_bytes: int | str,
+        num_workers: int | str = "auto",
+        max_batches: int | str = "auto",
+        max_bytes: int | str = "auto",
         in_order: bool = True,
         pin_memory: bool = False,
         device: str | torch.device | None = None,
@@ -158,18 +171,29 @@ class Loader:
         if not isinstance(pipeline, Pipeline):
             raise TypeError(f"pipeline must be a streambuf.Pipeline, got {type(pipeline).__name__}")
         self.pipeline = pipeline
-        self.max_batches = parse_count(max_batches, name="max_batches")
-        if num_workers == "auto" and pipeline._decodes_on() is not None:
-            num_workers = 0  # it decodes onto a device: in this process only (below)
-        elif num_workers == "auto":
-            # recommend()'s count, within what max_batches credits in order (one batch
-            # per worker at least) and the shared counters' rows
-            cap = self.max_batches if in_order is True else 64
-            num_workers = min(recommend().num_workers, cap, 64)
-        elif isinstance(num_workers, str):
+        # "auto": chosen in one place from the machine's limits (streambuf.resources:
+        # loader_defaults; docs/defaults.md), the given values checked here first
+        auto = [isinstance(v, str) and v == "auto" for v in (num_workers, max_batches, max_bytes)]
+        if not auto[1]:
+            max_batches = parse_count(max_batches, name="max_batches")  # type: ignore[arg-type]
+        if isinstance(num_workers, str) and not auto[0]:
             raise ValueError(f"num_workers={num_workers!r} must be an int >= 0 or 'auto'")
-        self.num_workers = num_workers = check_int(num_workers, name="num_workers")
-        self.max_bytes = parse_bytes(max_bytes)
+        if not auto[0]:
+            num_workers = check_int(num_workers, name="num_workers")
+        if not auto[2]:
+            max_bytes = parse_bytes(max_bytes)
+        self.defaults: LoaderDefaults = loader_defaults(
+            read_limits() if any(auto) else None,
+            num_workers=num_workers,
+            max_batches=max_batches,
+            max_bytes=max_bytes,
+            in_order=in_order is True,
+            on_device=pipeline._decodes_on(),
+            fixed_bytes_per_copy=pipeline._fixed_stage_bytes(),
+        )
+        self.num_workers = num_workers = self.defaults.num_workers
+        self.max_batches = self.defaults.max_batches
+        self.max_bytes = self.defaults.max_bytes
         self.in_order = check_bool(in_order, name="in_order")
         self.pin_memory = check_bool(pin_memory, name="pin_memory")
         self.device = check_device(device)  # refused here, not at the first batch
@@ -263,6 +287,8 @@ class Loader:
         # the iteration handed out last (weak: one the caller dropped ends on its own)
         self._live: weakref.ref[Iterator[Any]] | None = None
         self._tracker = RunTracker(pipeline, num_workers=num_workers, in_order=self.in_order)
+        if any(auto):  # once per Loader: what "auto" chose, and why
+            _logger.info("%s", self.defaults.line())
 
     # -- the DataLoader ---------------------------------------------------------------
     def _dataloader(self) -> DataLoader[Any]:

@@ -1,14 +1,20 @@
 """``streambuf tune``: measure a user's pipeline at several depths and recommend settings.
 
-The ladder method: iterate the pipeline through ``Loader`` for ``batches`` batches at
-each depth (``max_batches`` = 1, 2, 4, 8 x num_workers), with the depth tuner off,
-measuring batches/s and the batch size. The threaded ``.map`` stages run with
-``threads="auto"`` (the run-time controller, ``streambuf._tuner``; each trial reports
-the count it chose per worker) unless ``threads`` lists fixed counts to try instead.
-Recommendation: the fewest threads and the smallest depth within 5% of the best
-throughput, and ``max_bytes`` = 1.25 x that depth's batches, never above the budget
-allowed by the memory limit read from this machine (``memory_fraction`` of the cgroup
-limit / physical memory, and of memory available now).
+One decision procedure with the ``Loader``'s defaults: the worker count is the one
+``Loader(num_workers="auto")`` takes (``streambuf.resources.auto_num_workers``, the
+same limits), and the ladder's depths are batches per worker around the default
+(``max_batches="auto"``: 4 a worker). Each trial iterates the pipeline through
+``Loader`` at one depth (``max_batches`` = 1, 2, 4, 8 x num_workers), with the depth
+tuner off, for at least ``batches`` batches and ``seconds`` seconds, and its rate is
+measured over the second half of its batches only (the first half lets
+``threads="auto"`` climb and settle: a short trial measured the climb, not where it
+ends). The threaded ``.map`` stages run with ``threads="auto"`` (the run-time
+controller, ``streambuf._tuner``; each trial reports the count it chose per worker and
+when it last changed) unless ``threads`` lists fixed counts to try instead.
+Recommendation: the trial that measured the most batches/s (never one its own trials
+measured slower than another), and ``max_bytes`` = 1.25 x that depth's batches, never
+above the budget allowed by the memory read from this machine (``memory_fraction`` of
+the cgroup limit / physical memory, and of memory available now).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 from ._units import check_count_or_auto, check_int, check_weight
 from .loader import Loader
 from .pipeline import Pipeline
-from .resources import Limits, read_limits
+from .resources import Limits, auto_num_workers, read_limits
 from .stages import Map
 
 __all__ = ["TuneResult", "load_pipeline", "tune"]
@@ -109,33 +115,49 @@ def _count(trial: dict[str, Any]) -> float:
     return float(th or 0)
 
 
+def _settled_rate(times: list[float]) -> float:
+    """Batches/s over the second half of a trial's batch times (the first half is the
+    climb of ``threads="auto"`` and the workers' start); 0.0 below two batches."""
+    if len(times) < 2:
+        return 0.0
+    half = times[(len(times) - 1) // 2 :]
+    if len(half) < 2:
+        half = times
+    dt = half[-1] - half[0]
+    return (len(half) - 1) / dt if dt > 0 else 0.0
+
+
 def _trial(
-    pipe: Pipeline, *, workers: int, depth: int, max_bytes: int, batches: int
+    pipe: Pipeline, *, workers: int, depth: int, max_bytes: int, batches: int, seconds: float
 ) -> dict[str, Any]:
     loader = Loader(
         pipe, num_workers=workers, max_batches=depth, max_bytes=max_bytes, adaptive=False
     )
-    n = 0
-    t_first = None
+    times: list[float] = []
     size = 0
     chosen: list[float] = []
-    for _ in loader:
-        if n == 0:
-            t_first = time.perf_counter()
-        n += 1
-        got = _chosen(pipe)
-        if got is not None:
-            chosen.append(got)
-        if n >= batches:
-            break
-    dt = time.perf_counter() - (t_first or time.perf_counter())
+    changed_s: float | None = None  # when the chosen count last changed
+    with loader:
+        for _ in loader:
+            now = time.perf_counter()
+            times.append(now)
+            got = _chosen(pipe)
+            if got is not None:
+                if chosen and got != chosen[-1]:
+                    changed_s = now - times[0]
+                chosen.append(got)
+            if len(times) >= batches and now - times[0] >= seconds:
+                break
+    n = len(times)
     st = loader.stats()
     if n:
         size = st.bytes // max(1, st.batches)
     return {
         "depth": depth,
         "batches": n,
-        "batches_per_s": (n - 1) / dt if dt > 0 and n > 1 else 0.0,
+        "seconds": times[-1] - times[0] if n else 0.0,
+        "batches_per_s": _settled_rate(times),
+        "last_change_s": changed_s,
         "batch_bytes": size,
         "peak_in_flight_bytes": st.budget.peak_in_flight_bytes if st.budget else 0,
         # threads="auto": the count per worker at the end of the trial (and on the way)
@@ -151,13 +173,22 @@ class NothingToTune(ValueError):
 def check_options(
     *,
     num_workers: Any,
+    seconds: Any = 0.0,
     batches: Any,
     depths: Any = (1,),
     threads: Any = ("auto",),
     memory_fraction: Any,
 ) -> None:
     """``tune``'s options, checked before anything runs (``streambuf tune`` too)."""
-    check_int(num_workers, name="num_workers")
+    if num_workers != "auto":
+        check_int(num_workers, name="num_workers")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds < 0
+    ):
+        raise ValueError(f"seconds={seconds!r} must be a finite number >= 0")
     check_int(batches, name="batches", minimum=2)  # (a rate needs two)
     if not isinstance(depths, tuple | list) or not depths:
         raise TypeError(f"depths={depths!r} must be a non-empty list of batch counts")
@@ -178,8 +209,9 @@ def check_options(
 def tune(
     pipe: Pipeline,
     *,
-    num_workers: int = 2,
+    num_workers: int | str = "auto",
     batches: int = 30,
+    seconds: float = 3.0,
     depths: tuple[int, ...] = (1, 2, 4, 8),
     threads: tuple[int | str, ...] = ("auto",),
     memory_fraction: float = 0.25,
@@ -189,16 +221,23 @@ def tune(
 ) -> TuneResult:
     """Run the ladder on ``pipe`` and recommend max_batches, max_bytes and threads.
 
-    ``limits`` / ``available_bytes`` default to what this machine reports.
+    ``num_workers="auto"``: the count ``Loader`` takes by default, from the same limits.
+    ``batches`` and ``seconds``: each trial runs at least both (its rate is measured
+    over its second half). ``limits`` / ``available_bytes`` default to what this
+    machine reports.
     """
     check_options(
         num_workers=num_workers,
+        seconds=seconds,
         batches=batches,
         depths=depths,
         threads=threads,
         memory_fraction=memory_fraction,
     )
     lim = limits or read_limits()
+    if num_workers == "auto":
+        num_workers = auto_num_workers(lim, on_device=pipe._decodes_on())[0]
+    assert isinstance(num_workers, int)
     if available_bytes is None:
         from .resources import memory_available
 
@@ -211,7 +250,14 @@ def tune(
         p = _with_threads(pipe, th) if th is not None else pipe
         for d in depths:
             depth = d * num_workers if num_workers else 1
-            t = _trial(p, workers=num_workers, depth=depth, max_bytes=cap, batches=batches)
+            t = _trial(
+                p,
+                workers=num_workers,
+                depth=depth,
+                max_bytes=cap,
+                batches=batches,
+                seconds=seconds,
+            )
             t["threads"] = th
             trials.append(t)
             if verbose:
@@ -219,7 +265,12 @@ def tune(
                 print(
                     f"threads={th} max_batches={depth:3d}: {t['batches_per_s']:8.1f} batches/s, "
                     f"batch {t['batch_bytes'] / (1 << 20):.1f} MiB"
-                    + (f", chose {_per_worker(chose)}" if chose is not None else ""),
+                    + (f", chose {_per_worker(chose)}" if chose is not None else "")
+                    + (
+                        f" (last change at {t['last_change_s']:.1f} s of {t['seconds']:.1f})"
+                        if t["last_change_s"] is not None
+                        else ""
+                    ),
                     flush=True,
                 )
     if all(t["batches"] < 2 for t in trials):
@@ -228,8 +279,11 @@ def tune(
             "a trial: a rate needs 2 or more; give it more data (or a smaller batch size)"
         )
     best = max(t["batches_per_s"] for t in trials)
-    good = [t for t in trials if t["batches_per_s"] >= 0.95 * best]
-    pick = min(good, key=lambda t: (_count(t), t["depth"]))
+    # the fastest trial: never a setting measured slower than another it tried (an
+    # exact tie: the fewest threads, then the smallest depth)
+    pick = min(
+        (t for t in trials if t["batches_per_s"] == best), key=lambda t: (_count(t), t["depth"])
+    )
     batch_bytes = max(t["batch_bytes"] for t in trials)
     max_bytes = min(cap, max(1 << 20, math.ceil(1.25 * pick["depth"] * max(1, batch_bytes))))
     chose = pick.get("chosen_threads")
@@ -237,8 +291,8 @@ def tune(
         f"best throughput {best:.1f} batches/s; threads={pick['threads']!r}"
         + (f" (it chose {_per_worker(chose)})" if chose is not None else "")
         + ", "
-        f"max_batches={pick['depth']} reach {pick['batches_per_s']:.1f} (within 5%) with the "
-        "fewest threads and the smallest depth",
+        f"max_batches={pick['depth']} with {num_workers} workers: the fastest of "
+        f"{len(trials)} trials",
         f"max_bytes = 1.25 x {pick['depth']} batches of {batch_bytes / (1 << 20):.1f} MiB, "
         f"capped at {cap >> 20} MiB = {memory_fraction:.0%} of min(memory limit "
         f"{lim.memory_bytes >> 20} MiB, available {available_bytes >> 20} MiB)",

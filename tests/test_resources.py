@@ -93,6 +93,8 @@ def test_recommend_respects_limits():
 def test_read_limits_here_is_sane():
     lim = read_limits()
     assert lim.cpus > 0 and lim.memory_bytes > 0
+    assert lim.cores and lim.suggested_workers and lim.cpus <= lim.suggested_workers
+    assert lim.available_bytes is not None and 0 <= lim.available_bytes <= lim.memory_bytes
 
 
 def test_cpu_seconds_reads_the_cgroup_then_the_machine(tmp_path):

@@ -19,6 +19,7 @@ def test_tune_never_recommends_above_memory_limit(capsys):
         pipe,
         num_workers=1,
         batches=6,
+        seconds=0,
         depths=(1, 4),
         threads=(4, 16),
         limits=limits,
@@ -38,6 +39,7 @@ def test_tune_respects_available_memory_too():
         pipe,
         num_workers=1,
         batches=4,
+        seconds=0,
         depths=(1,),
         threads=(4,),
         limits=Limits(cpus=2, memory_bytes=1 << 40),
@@ -45,6 +47,92 @@ def test_tune_respects_available_memory_too():
         verbose=False,
     )
     assert res.max_bytes <= 2 * MIB
+
+
+def _fake_trials(rates: dict[tuple[Any, int], float], seen: list[dict[str, Any]]) -> Any:
+    """A ``_trial`` that returns the given rate for (threads, depth), recording its
+    arguments (the decision is under test, not the measurement)."""
+
+    def trial(pipe: Any, **kw: Any) -> dict[str, Any]:
+        seen.append(kw)
+        threads = next(s.threads for s in pipe._stages if getattr(s, "threaded", False))
+        return {
+            "depth": kw["depth"],
+            "batches": 50,
+            "seconds": 3.0,
+            "batches_per_s": rates[(threads, kw["depth"] // max(1, kw["workers"]))],
+            "last_change_s": None,
+            "batch_bytes": MIB,
+            "peak_in_flight_bytes": MIB,
+            "chosen_threads": None,
+            "threads_over_time": [],
+        }
+
+    return trial
+
+
+def test_tune_recommends_the_fastest_of_its_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fewer threads and a smaller depth measured 4% slower: the old rule ("the fewest
+    # threads within 5% of the best") recommended a setting its own trial ran slower
+    import streambuf.tune as tune_mod
+
+    rates = {(4, 1): 96.0, (4, 2): 97.0, (16, 1): 99.0, (16, 2): 100.0}
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(tune_mod, "_trial", _fake_trials(rates, seen))
+    pipe = load_pipeline("examples/latency_pipeline.py:make_pipeline")
+    res = tune(
+        pipe,
+        num_workers=2,
+        depths=(1, 2),
+        threads=(4, 16),
+        limits=Limits(cpus=2, memory_bytes=1 << 34),
+        available_bytes=1 << 34,
+        verbose=False,
+    )
+    assert (res.threads, res.max_batches) == (16, 4), res
+    (picked,) = [t for t in res.trials if (t["threads"], t["depth"]) == (16, 4)]
+    assert picked["batches_per_s"] == max(t["batches_per_s"] for t in res.trials)
+
+
+def test_tune_takes_the_worker_count_the_loader_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streambuf.tune as tune_mod
+    from streambuf.resources import auto_num_workers
+
+    limits = Limits(cpus=5, memory_bytes=1 << 36, cores=8)
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(tune_mod, "_trial", _fake_trials({("auto", 1): 10.0}, seen))
+    pipe = load_pipeline("examples/latency_pipeline.py:make_pipeline")
+    res = tune(pipe, depths=(1,), limits=limits, available_bytes=1 << 36, verbose=False)
+    want = auto_num_workers(limits)[0]
+    assert want == 4  # 5 CPUs, one left for the training loop
+    assert res.num_workers == want and {kw["workers"] for kw in seen} == {want}
+    assert all(kw["seconds"] == 3.0 for kw in seen)  # long enough to settle, by default
+
+
+def test_a_trials_rate_is_measured_over_its_second_half() -> None:
+    from streambuf.tune import _settled_rate
+
+    # a slow start (the climb), then 10 batches/s
+    times = [0.0, 1.0, 2.0, 3.0, 3.1, 3.2, 3.3, 3.4, 3.5]
+    assert _settled_rate(times) == pytest.approx(10.0)
+    assert _settled_rate([0.0]) == 0.0 and _settled_rate([0.0, 0.5]) == pytest.approx(2.0)
+
+
+def test_a_real_trial_runs_its_seconds_and_reports_the_count_it_chose() -> None:
+    pipe = load_pipeline("examples/latency_pipeline.py:make_pipeline")
+    res = tune(
+        pipe,
+        num_workers=1,
+        batches=4,
+        seconds=1.0,
+        depths=(2,),
+        limits=Limits(cpus=2, memory_bytes=1 << 34),
+        available_bytes=1 << 34,
+        verbose=False,
+    )
+    (trial,) = res.trials
+    assert trial["seconds"] >= 1.0 and trial["batches"] >= 4, trial
+    assert trial["chosen_threads"] is not None and trial["batches_per_s"] > 0, trial
 
 
 def test_load_pipeline_errors():

@@ -130,9 +130,9 @@ MUTANTS = [
     ),
     _m(
         "gpu decode: num_workers='auto' picks workers for a pipeline decoding onto the device",
-        "streambuf/loader.py",
-        '        if num_workers == "auto" and pipeline._decodes_on() is not None:',
-        "        if False:",
+        "streambuf/resources.py",
+        "    if on_device is not None:\n",
+        "    if False:\n",
         f"{G}::test_loader_refuses_workers_for_a_pipeline_decoding_onto_a_device",
     ),
     _m(
