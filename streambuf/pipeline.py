@@ -31,6 +31,7 @@ from torch.utils.data import IterableDataset
 from . import _state
 from ._contracts import Source, SourceReader, WorkerContext
 from ._counters import PipelineStats
+from ._dataset import DatasetIndices, DatasetItems, GetItem, check_dataset, is_map_style
 from ._diagnosis import Diagnosis, diagnose, render
 from ._iteration import Iteration
 from ._meter import StageMeter, StageStats
@@ -98,12 +99,69 @@ class Pipeline(SampleVerbs, IterableDataset[Any]):
             raise TypeError(f"expand={expand!r} must be callable")
         if isinstance(source, str | bytes):
             raise TypeError("source must be a sequence of shards, not one string; wrap it in [...]")
+        if is_map_style(source):  # a map-style dataset: read by index, each index once
+            source = DatasetItems(source)
         src: Source = (
             SequenceSource(source, expand, reader)
             if isinstance(source, Sequence)
             else IterableSource(source)
         )
         self._setup(src, sharding)
+
+    @classmethod
+    def from_dataset(
+        cls,
+        dataset: Any,
+        /,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        threads: int | str = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
+        equalize: Equalize | None = None,
+    ) -> Pipeline:
+        """A pipeline over a map-style dataset (a ``torch.utils.data.Dataset`` with
+        ``__len__`` and ``__getitem__``): its items are ``dataset[i]``.
+
+        The indices ``0 .. len(dataset) - 1`` are split over rank x worker as a list of
+        items is (``streambuf.sharding``): each index is read once per epoch over all
+        ranks and workers, never one past the end (whatever ``__getitem__`` does there),
+        and the pipeline resumes exactly, as any pipeline does. ``Pipeline(dataset)``
+        reads a map-style dataset the same way, on one thread.
+
+        Args:
+            dataset: ``len(dataset)`` (an int >= 0) and ``dataset[i]``; it must pickle
+                to reach worker processes. For an iterable (a generator, an
+                ``IterableDataset``) use ``sb.Pipeline(iterable)``.
+            shuffle: permute the index order each epoch, seeded by (seed, epoch).
+                Default False.
+            seed: the base seed of the index order and the shuffle stages. Default 0.
+            threads: threads calling ``dataset[i]`` concurrently in each worker (an
+                int, or ``"auto"``: chosen by measurement, as ``map(threads="auto")``);
+                the order stays the index order. Default 1: read inline.
+            rank, world_size: override ``torch.distributed`` (to simulate ranks).
+                Default None: read when an iteration starts.
+            equalize: None, ``"drop"`` or ``"pad"``: the same batch count on every rank
+                (needs a ``.batch()`` stage). Default None.
+        """
+        check_dataset(dataset)
+        parse_threads(threads)  # refused here, not by the map built below
+        sharding = Sharding.pick(
+            dict(
+                shuffle_shards=shuffle,
+                seed=seed,
+                equalize=equalize,
+                rank=rank,
+                world_size=world_size,
+            ),
+            shuffle_shards="shuffle",
+        )
+        if threads == 1:
+            return cls._of(SequenceSource(DatasetItems(dataset)), sharding)
+        return cls._of(SequenceSource(DatasetIndices(dataset)), sharding).map(
+            GetItem(dataset), threads=threads
+        )
 
     @classmethod
     def _of(cls, src: Source, sharding: Sharding) -> Pipeline:

@@ -23,6 +23,8 @@ GROUPS = (
     "report",
     "tokens",
     "video2",
+    "datasets",
+    "defaults",
 )
 
 
