@@ -299,3 +299,18 @@ def test_a_loader_run_reports_its_tail_rate():
     # the last 30 of 40 batches' rate: 29 intervals over the span from batch 11 to the last
     assert 0 < report["tail_batches_per_s"] < 10 * report["batches_per_s"]
     assert report["tail_threads"] >= 1  # the count, sampled every 8 batches, in that span
+
+
+def test_the_busy_defaults_benchmark_runs_tiny(capsys):
+    """Every row (the defaults' ``from_dataset`` + bare ``Loader`` among them) delivers
+    its batches at each load, spinners included (a tiny run measures nothing)."""
+    report = _script("busy_defaults").main(["--tiny", "--repeats", "1", "--loads", "0", "1"])
+    rows = report["rows"]
+    assert {r["load"] for r in rows} == {0, 1}
+    names = {r["row"] for r in rows}
+    assert "seed: streambuf defaults (from_dataset)" in names and len(names) == 5
+    for r in rows:
+        (run,) = r["runs"]
+        assert run["samples"] == run["expected_samples"] and run["batches_per_s"] > 0, r
+    out = capsys.readouterr().out
+    assert "defaults / DataLoader pf=2" in out

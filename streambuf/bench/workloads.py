@@ -199,7 +199,27 @@ def _streambuf(cfg: dict[str, Any], n: int, maker: SampleMaker) -> _Built:
     return _Built(loader, {}, loader.close)
 
 
-_BUILDERS = {"dataloader": _dataloader, "torchdata": _torchdata, "streambuf": _streambuf}
+def _defaults(cfg: dict[str, Any], n: int, maker: SampleMaker) -> _Built:
+    """streambuf as a new user writes it: the map-style Dataset brought in one line
+    (``from_dataset``, ``threads="auto"``) and a ``Loader`` at its defaults (the
+    workers, the batch count and the byte budget chosen from the machine)."""
+    import streambuf as sb
+
+    pipe = sb.Pipeline.from_dataset(MapDataset(n, maker), threads="auto").batch(cfg["batch_size"])
+    loader = sb.Loader(
+        pipe,
+        pin_memory=bool(cfg.get("pin_memory")) and accelerator_available(),
+        persistent_workers=bool(cfg.get("persistent_workers")),
+    )
+    return _Built(loader, {"num_workers": loader.num_workers}, loader.close)
+
+
+_BUILDERS = {
+    "dataloader": _dataloader,
+    "torchdata": _torchdata,
+    "streambuf": _streambuf,
+    "defaults": _defaults,
+}
 
 
 def loader_stats(loader: Any) -> dict[str, Any]:
@@ -257,7 +277,9 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
     seen = 0
     # threads="auto": (seconds since the build, threads over all workers): batch 1, 9, ...
     threads: list[tuple[float, int]] = []
-    tuned = cfg["kind"] == "streambuf" and cfg.get("threads") == "auto"
+    tuned = (cfg["kind"] == "streambuf" and cfg.get("threads") == "auto") or cfg[
+        "kind"
+    ] == "defaults"
     try:
         t_req = time.perf_counter()
         for batch in built.loader:
@@ -274,7 +296,7 @@ def run_loader(cfg: dict[str, Any]) -> dict[str, Any]:
                 time.sleep(step_s)  # a train step: releases the GIL, as CUDA launches do
             t_req = time.perf_counter()
         end = time.perf_counter()
-        extra = loader_stats(built.loader) if cfg["kind"] == "streambuf" else {}
+        extra = loader_stats(built.loader) if cfg["kind"] in ("streambuf", "defaults") else {}
     finally:
         if built.close is not None:
             built.close()
