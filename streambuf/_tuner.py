@@ -36,8 +36,11 @@ downstream work included) at one count after another, and climbs:
    threads would fight for cores. That is told from the stage's own calls
    (``cost()``: wall, CPU and core-wait seconds of its function on its threads,
    ``streambuf._cost.CallCost``), never from how busy the machine is: over the window,
-   its threads waited for a core ``core_wait`` (20%) of their calls' time or more (the
-   function computes on cores others or its own threads keep busy), or its threads
+   its calls needed a core (on one, or waiting in the run queue for one) ``computes``
+   (50%) of their time or more, and waited for one ``core_wait`` (20%) of it or more
+   (the function computes on cores others or its own threads keep busy; a function
+   that mostly sleeps may wait for a core after each wake-up, but another thread
+   sleeping beside it costs no core), or its threads
    together kept ``gil_cores`` (0.8) of a CPU busy while each was on a core or waiting
    for one less than ``gil_share`` (75%) of its calls' time (they take turns: the
    function holds the GIL). A function that waits (a sleep, I/O, a decode that releases the GIL on free
@@ -119,6 +122,7 @@ class ThreadTuner:
         gain: float = 1.05,
         keep: float = 0.95,
         fall: float = 0.5,
+        computes: float = 0.5,
         core_wait: float = 0.2,
         gil_cores: float = 0.8,
         gil_share: float = 0.75,
@@ -143,7 +147,8 @@ class ThreadTuner:
         self._settle_items = settle
         self.min_window_s = min_window_s
         self.gain, self.keep, self.fall = gain, keep, fall
-        self.core_wait, self.gil_cores, self.gil_share = core_wait, gil_cores, gil_share
+        self.computes, self.core_wait = computes, core_wait
+        self.gil_cores, self.gil_share = gil_cores, gil_share
         self._cost = cost  # the stage's own calls: (wall, cpu, core wait) seconds so far
         self._room = room
         self._held = held  # items the stage holds now, made or being made (None: 0)
@@ -420,8 +425,9 @@ class ThreadTuner:
         self.on_core = cpu / wall
         self.waited = wait / wall
         self.cores = cpu / max(dt, 1e-9)
-        self.contended = self.waited >= self.core_wait or (
-            self.cores >= self.gil_cores and self.on_core + self.waited < self.gil_share
+        needs_core = self.on_core + self.waited  # on a core, or queued for one
+        self.contended = (needs_core >= self.computes and self.waited >= self.core_wait) or (
+            self.cores >= self.gil_cores and needs_core < self.gil_share
         )
 
     def _spread(self, starts: deque[tuple[float, float, int]], now: float, made: int) -> None:

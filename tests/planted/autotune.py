@@ -417,7 +417,7 @@ MUTANTS += [
     _m(
         "the controller ignores its threads' wait for cores",
         "streambuf/_tuner.py",
-        "        self.contended = self.waited >= self.core_wait or (",
+        "        self.contended = (needs_core >= self.computes and self.waited >= self.core_wait) or (",
         "        self.contended = False or (",
         "::test_stops_growing_where_its_threads_wait_for_cores",
         "::test_a_computing_stage_on_a_busy_machine_does_not_grow",
@@ -425,15 +425,15 @@ MUTANTS += [
     _m(
         "the controller ignores a function that holds the GIL",
         "streambuf/_tuner.py",
-        "            self.cores >= self.gil_cores and self.on_core + self.waited < self.gil_share",
+        "            self.cores >= self.gil_cores and needs_core < self.gil_share",
         "            False",
         "::test_a_stage_that_holds_the_gil_does_not_grow",
     ),
     _m(
         "a waiting stage is taken for a contended one (the busy machine stops it)",
         "streambuf/_tuner.py",
-        "        self.contended = self.waited >= self.core_wait or (",
-        "        self.contended = self.waited > 0.0 or (",
+        "        self.contended = (needs_core >= self.computes and self.waited >= self.core_wait) or (",
+        "        self.contended = (self.waited >= self.core_wait) or (",
         "::test_a_waiting_stage_grows_however_busy_other_processes_keep_the_machine",
     ),
     _m(
