@@ -95,7 +95,8 @@ class Spinners:
 
     def __enter__(self) -> Spinners:
         self.procs = [
-            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)
+            subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(self.n)
         ]
         time.sleep(0.5 if self.n else 0.0)
         return self

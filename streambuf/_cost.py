@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 __all__ = ["CallCost"]
 
 T = TypeVar("T")
-_CALLS, _SAMPLED, _WALL, _CPU, _WAIT, _NEXT = range(6)
 
 
 class _Queue(threading.local):
@@ -63,26 +62,35 @@ def queued_ns() -> int:
 
 
 class CallCost:
-    """Wall, CPU and core-wait seconds of a stage's calls, over its threads.
+    """Wall, CPU and core-wait seconds of a stage's sampled calls, over its threads.
 
     ``call(fn, x)`` runs ``fn(x)`` on the calling thread and, on a sample of the calls,
-    accounts what it cost; ``totals()`` returns the estimated seconds of all calls so
-    far, ``(wall, cpu, core_wait)``: a clock to compare two readings of.
+    accounts what it cost; ``totals()`` returns running sums (each only grows): the
+    calls made, the calls sampled, and the sampled calls' wall, CPU and core-wait
+    seconds. Compare two readings: the shares of a call's time on a core and waiting
+    for one are ratios of the sampled sums' differences, and the CPUs the calls kept
+    busy are the sampled CPU scaled by the calls made over those sampled.
+
+    Each thread's cell is ``[calls, next sampled call, (sampled, wall, cpu, wait)]``:
+    the sums are one tuple, replaced whole, so a reader on another thread never sees
+    a sample half added. Sampling draws from the object's own random generator (the
+    user's ``random`` stream is left alone).
     """
 
     def __init__(self, every: int = 4) -> None:
         if every < 1:
             raise ValueError(f"every={every!r} must be >= 1")
         self.every = int(every)
-        self._cells: list[list[int]] = []
+        self._cells: list[list[Any]] = []
         self._lock = threading.Lock()  # (registration of a thread's cell only)
         self._local = threading.local()
+        self._rng = random.Random()
 
-    def _cell(self) -> list[int]:
+    def _cell(self) -> list[Any]:
         try:
             return self._local.cell
         except AttributeError:
-            cell = [0, 0, 0, 0, 0, 0]
+            cell: list[Any] = [0, 0, (0, 0, 0, 0)]
             with self._lock:
                 self._cells.append(cell)
             self._local.cell = cell
@@ -90,11 +98,11 @@ class CallCost:
 
     def call(self, fn: Callable[[Any], T], x: Any) -> T:
         cell = self._cell()
-        n = cell[_CALLS]
-        cell[_CALLS] = n + 1
-        if n < cell[_NEXT]:
+        n = cell[0]
+        cell[0] = n + 1
+        if n < cell[1]:
             return fn(x)
-        cell[_NEXT] = n + 1 + random.randrange(2 * self.every - 1)
+        cell[1] = n + 1 + self._rng.randrange(2 * self.every - 1)
         q0 = queued_ns()
         c0 = time.thread_time_ns()
         w0 = time.perf_counter_ns()
@@ -103,20 +111,19 @@ class CallCost:
         finally:
             w1 = time.perf_counter_ns()
             c1 = time.thread_time_ns()
-            cell[_WAIT] += max(0, queued_ns() - q0)
-            cell[_CPU] += c1 - c0
-            cell[_WALL] += w1 - w0
-            cell[_SAMPLED] += 1
+            q1 = queued_ns()
+            k, wall, cpu, wait = cell[2]
+            cell[2] = (k + 1, wall + w1 - w0, cpu + c1 - c0, wait + max(0, q1 - q0))
 
-    def totals(self) -> tuple[float, float, float]:
-        """``(wall, cpu, core_wait)`` seconds of every call so far (sampled, scaled per
-        thread to all its calls)."""
-        wall = cpu = wait = 0.0
+    def totals(self) -> tuple[int, int, float, float, float]:
+        """``(calls, sampled, wall, cpu, core_wait)``: calls made and sampled so far, and
+        the sampled calls' seconds, over every thread (running sums)."""
+        calls = sampled = wall = cpu = wait = 0
         for cell in list(self._cells):
-            calls, sampled = cell[_CALLS], cell[_SAMPLED]
-            if sampled:
-                scale = calls / sampled / 1e9
-                wall += cell[_WALL] * scale
-                cpu += cell[_CPU] * scale
-                wait += cell[_WAIT] * scale
-        return wall, cpu, wait
+            calls += cell[0]
+            k, w, c, q = cell[2]
+            sampled += k
+            wall += w
+            cpu += c
+            wait += q
+        return calls, sampled, wall / 1e9, cpu / 1e9, wait / 1e9

@@ -18,20 +18,24 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
-from torch.utils.data import IterableDataset
+from torch.utils.data import Dataset, IterableDataset
 
 __all__ = ["DatasetIndices", "DatasetItems", "GetItem", "dataset_length", "is_map_style"]
 
 
 def is_map_style(source: Any) -> bool:
-    """Whether ``Pipeline(source)`` reads ``source`` by index (``DatasetItems``): it has
-    ``__len__`` and ``__getitem__`` and is none of a ``Sequence`` (read as it is), a
-    string, a ``Mapping`` (iterated, its keys) or an ``IterableDataset`` (iterated)."""
+    """Whether ``Pipeline(source)`` reads ``source`` by index (``DatasetItems``): a
+    ``torch.utils.data.Dataset`` with ``__len__`` and ``__getitem__`` that is not an
+    ``IterableDataset`` (nor a ``Sequence`` or ``Mapping``: read as they are). Other
+    objects with both are left to iteration: ``x[i]`` is not always the i-th item (a
+    ``pandas.Series`` indexes by label, a ``DataFrame`` by column);
+    ``Pipeline.from_dataset`` reads any of them by index when asked to."""
     kind = type(source)
     return (
-        hasattr(kind, "__len__")
+        isinstance(source, Dataset)
+        and hasattr(kind, "__len__")
         and hasattr(kind, "__getitem__")
-        and not isinstance(source, Sequence | str | bytes | bytearray | Mapping | IterableDataset)
+        and not isinstance(source, Sequence | Mapping | IterableDataset)
     )
 
 

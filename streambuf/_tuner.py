@@ -41,9 +41,11 @@ downstream work included) at one count after another, and climbs:
    (the function computes on cores others or its own threads keep busy; a function
    that mostly sleeps may wait for a core after each wake-up, but another thread
    sleeping beside it costs no core), or its threads
-   together kept ``gil_cores`` (0.8) of a CPU busy while each was on a core or waiting
-   for one less than ``gil_share`` (75%) of its calls' time (they take turns: the
-   function holds the GIL). A function that waits (a sleep, I/O, a decode that releases the GIL on free
+   together kept ``gil_cores`` (0.8) to ``GIL_MAX_CORES`` (1.25) CPUs busy while each
+   was on a core or waiting for one less than ``gil_share`` (75%) of its calls' time
+   (they take turns: the function holds the GIL; not on a free-threaded build). A
+   function that releases the GIL and uses about one CPU over its threads reads the
+   same, and is held there: a decode that keeps more CPUs busy is not. A function that waits (a sleep, I/O, a decode that releases the GIL on free
    cores) grows however busy other processes keep the machine. The new count is kept
    if the rate rose by ``gain`` (5% for a doubling; a smaller step in proportion) and
    by ``noise``; then up again;
@@ -82,6 +84,7 @@ the count parks before it takes its next item, after delivering the one it holds
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -90,6 +93,10 @@ from typing import Protocol
 __all__ = ["START_THREADS", "Lead", "ThreadTuner", "room_for"]
 
 START_THREADS = 4  # where a climb begins
+# the GIL rule's reading: threads taking turns at the GIL keep about one CPU busy (a
+# stage above this many CPUs runs outside the GIL: a decode that releases it)
+GIL_MAX_CORES = 1.25
+_GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())  # (a free-threaded build: no)
 
 
 def room_for(max_items: int, max_bytes: int, largest: int) -> int:
@@ -126,7 +133,7 @@ class ThreadTuner:
         core_wait: float = 0.2,
         gil_cores: float = 0.8,
         gil_share: float = 0.75,
-        cost: Callable[[], tuple[float, float, float]] | None = None,
+        cost: Callable[[], tuple[int, int, float, float, float]] | None = None,
         room: Callable[[], int] | None = None,
         held: Callable[[], int] | None = None,
         min_interval_s: float = 2.0,
@@ -149,7 +156,9 @@ class ThreadTuner:
         self.gain, self.keep, self.fall = gain, keep, fall
         self.computes, self.core_wait = computes, core_wait
         self.gil_cores, self.gil_share = gil_cores, gil_share
-        self._cost = cost  # the stage's own calls: (wall, cpu, core wait) seconds so far
+        # the stage's own calls so far: (made, sampled, and the sampled ones' wall, CPU
+        # and core-wait seconds; ``streambuf._cost.CallCost.totals``)
+        self._cost = cost
         self._room = room
         self._held = held  # items the stage holds now, made or being made (None: 0)
         self.min_interval_s, self.max_interval_s = min_interval_s, max_interval_s
@@ -419,15 +428,17 @@ class ThreadTuner:
         if c0 is None or self._cost is None:
             self.contended = False
             return
-        wall, cpu, wait = (b - a for a, b in zip(c0, self._cost(), strict=True))
-        if wall <= 0.0:
-            return  # no call of the stage was sampled in the window: as before
+        calls, sampled, wall, cpu, wait = (b - a for a, b in zip(c0, self._cost(), strict=True))
+        if sampled <= 0 or wall <= 0.0:
+            # no call of the stage was sampled in the window (a few slow calls): the
+            # last window's reading stands, on purpose (nothing new says otherwise)
+            return
         self.on_core = cpu / wall
         self.waited = wait / wall
-        self.cores = cpu / max(dt, 1e-9)
+        self.cores = cpu * (calls / sampled) / max(dt, 1e-9)
         needs_core = self.on_core + self.waited  # on a core, or queued for one
         self.contended = (needs_core >= self.computes and self.waited >= self.core_wait) or (
-            self.cores >= self.gil_cores and needs_core < self.gil_share
+            _GIL and self.gil_cores <= self.cores <= GIL_MAX_CORES and needs_core < self.gil_share
         )
 
     def _spread(self, starts: deque[tuple[float, float, int]], now: float, made: int) -> None:

@@ -220,6 +220,9 @@ class Limits:
             (``torch_suggested_workers``); None: not known, no bound.
         available_bytes: memory still available (``memory_available``); None: take
             ``memory_bytes``.
+        local_processes: the job's processes on this node that share these limits,
+            each with its own Loader (``LOCAL_WORLD_SIZE``, set by ``torchrun``; 1
+            when not set): the defaults give each process its share.
     """
 
     cpus: float
@@ -227,6 +230,7 @@ class Limits:
     cores: int | None = None
     suggested_workers: int | None = None
     available_bytes: int | None = None
+    local_processes: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,22 +249,33 @@ def read_limits(
     physical: int | None = None,
     cores: int | None = None,
     system_available: int | None = None,
+    local_processes: int | None = None,
 ) -> Limits:
     """Every limit of this process (the readers' keyword arguments; ``affinity``,
     ``physical``, ``cores``, ``system_available`` stand in for the machine's own
     readings when given: the CPUs in the affinity mask, physical memory,
-    ``os.cpu_count()``, the system's available memory)."""
+    ``os.cpu_count()``, the system's available memory; ``local_processes``: the
+    job's processes on this node, else ``LOCAL_WORLD_SIZE`` from the environment)."""
     roots: dict[str, Any] = {"root": root, "proc_cgroup": proc_cgroup}
     return Limits(
         cpus=cpu_limit(**roots, affinity=affinity),
         memory_bytes=memory_limit(**roots, physical=physical),
         cores=cores if cores is not None else os.cpu_count(),
-        # None: torch warns for any worker, so none (0) is the most it accepts quietly
-        suggested_workers=torch_suggested_workers(affinity) or 0,
+        suggested_workers=torch_suggested_workers(affinity),
         available_bytes=memory_available(
             **roots, physical=physical, system_available=system_available
         ),
+        local_processes=local_processes if local_processes is not None else _local_processes(),
     )
+
+
+def _local_processes() -> int:
+    """``LOCAL_WORLD_SIZE`` (the job's processes on this node, ``torchrun``), else 1."""
+    text = os.environ.get("LOCAL_WORLD_SIZE", "")
+    try:
+        return max(1, int(text))
+    except ValueError:
+        return 1
 
 
 def _size(n: int) -> str:
@@ -283,22 +298,27 @@ def auto_num_workers(
     """
     if on_device is not None:
         return 0, f"the pipeline decodes onto {on_device!r}: in this process"
+    local = max(1, limits.local_processes)
     bounds = [(max(1, math.floor(limits.cpus)), f"cgroup quota and affinity: {limits.cpus:g}")]
     if limits.cores is not None:
         bounds.append((limits.cores, "the machine's cores"))
     if limits.suggested_workers is not None:
         bounds.append((limits.suggested_workers, "torch's suggested max"))
     cpus, by = min(bounds, key=lambda b: b[0])  # the first of the fewest
+    if local > 1:  # each of the node's processes gets its share
+        cpus, by = max(1, cpus // local), f"{by}, shared by {local} processes on this node"
     count = cpus - 1 if cpus > 2 else cpus
     why = f"{cpus} CPU{'s' if cpus != 1 else ''}, by {by}"
     if cpus > 2:
         why += ", one left for the training loop"
-    by_memory = max(1, int(limits.memory_bytes * WORKER_MEMORY_SHARE) // WORKER_BYTES)
+    memory = limits.memory_bytes // local
+    by_memory = max(1, int(memory * WORKER_MEMORY_SHARE) // WORKER_BYTES)
     if by_memory < count:
         count = by_memory
         why = (
             f"{WORKER_BYTES >> 20} MiB a worker in {WORKER_MEMORY_SHARE:.0%} of the "
-            f"{_size(limits.memory_bytes)} memory limit"
+            f"{_size(memory)} memory limit"
+            + (f" (a share of {local} processes on this node)" if local > 1 else "")
         )
     if max_batches is not None and max_batches < count:
         count, why = max_batches, f"max_batches={max_batches}: a batch of credit a worker"
@@ -404,7 +424,10 @@ def loader_defaults(
     if max_bytes == "auto":
         assert limits is not None
         fixed = fixed_bytes_per_copy * max(1, num_workers)
-        max_bytes, reasons[2] = auto_max_bytes(limits.available, fixed_bytes=fixed)
+        local = max(1, limits.local_processes)
+        max_bytes, reasons[2] = auto_max_bytes(limits.available // local, fixed_bytes=fixed)
+        if local > 1:
+            reasons[2] += f", this process's share of {local} on this node"
     assert isinstance(max_bytes, int)
     return LoaderDefaults(
         num_workers, max_batches, max_bytes, (reasons[0], reasons[1], reasons[2]), auto

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ._units import check_count_or_auto, check_int, check_weight
+from ._units import check_count_or_auto, check_int, check_seconds, check_weight
 from .loader import Loader
 from .pipeline import Pipeline
 from .resources import Limits, auto_num_workers, read_limits
@@ -182,13 +182,7 @@ def check_options(
     """``tune``'s options, checked before anything runs (``streambuf tune`` too)."""
     if num_workers != "auto":
         check_int(num_workers, name="num_workers")
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-        or seconds < 0
-    ):
-        raise ValueError(f"seconds={seconds!r} must be a finite number >= 0")
+    check_seconds(seconds, name="seconds", allow_zero=True)
     check_int(batches, name="batches", minimum=2)  # (a rate needs two)
     if not isinstance(depths, tuple | list) or not depths:
         raise TypeError(f"depths={depths!r} must be a non-empty list of batch counts")

@@ -301,6 +301,7 @@ def test_a_loader_run_reports_its_tail_rate():
     assert report["tail_threads"] >= 1  # the count, sampled every 8 batches, in that span
 
 
+@pytest.mark.serial  # (it starts a spinning process: not beside the parallel tests)
 def test_the_busy_defaults_benchmark_runs_tiny(capsys):
     """Every row (the defaults' ``from_dataset`` + bare ``Loader`` among them) delivers
     its batches at each load, spinners included (a tiny run measures nothing)."""

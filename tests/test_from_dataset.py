@@ -11,7 +11,9 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -133,6 +135,23 @@ def test_other_sources_are_read_as_before():
     assert list(sb.Pipeline([3, 1, 2])) == [3, 1, 2]
     assert list(sb.Pipeline({"a": 1, "b": 2})) == ["a", "b"]
     assert list(sb.Pipeline(_Stream())) == [7, 8]
+    # an object indexed by label, not position (a pandas.Series' shape): iterated
+    assert list(sb.Pipeline(_ByLabel())) == ["first", "second"]
+
+
+class _ByLabel:
+    """``__len__`` and ``__getitem__`` by label (``x[0]`` is no item), and ``__iter__``."""
+
+    data: ClassVar[dict[str, str]] = {"a": "first", "b": "second"}
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, key: str) -> str:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data.values())
 
 
 class _Stream(IterableDataset):

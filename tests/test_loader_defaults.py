@@ -244,7 +244,37 @@ def test_loader_with_no_arguments_runs_to_the_end_and_logs_once(
     assert loader.defaults.auto == (True, True, True)
     assert f"num_workers=auto -> {loader.num_workers} (" in lines[0]
     assert f"max_batches=auto -> {loader.max_batches} (" in lines[0]
-    assert "max_bytes=auto -> " in lines[0] and "available)" in lines[0]
+    # (25% of what is available, or the floor or ceiling of that: a machine's matter)
+    assert "max_bytes=auto -> " in lines[0] and "% of " in lines[0] and " available" in lines[0]
+
+
+def test_the_processes_of_a_node_share_its_cpus_and_memory() -> None:
+    # torchrun starts one process a GPU on the node, each with its own Loader: each
+    # takes its share, not every CPU and a quarter of the memory each
+    alone = Limits(16, 64 * GIB, cores=16, suggested_workers=16, available_bytes=32 * GIB)
+    shared = Limits(
+        16, 64 * GIB, cores=16, suggested_workers=16, available_bytes=32 * GIB, local_processes=4
+    )
+    a, d = loader_defaults(alone), loader_defaults(shared)
+    assert (a.num_workers, a.max_bytes) == (15, 8 * GIB)
+    assert (d.num_workers, d.max_bytes) == (3, 2 * GIB)  # 16 / 4 CPUs, one for the loop
+    assert "shared by 4 processes on this node" in d.reasons[0]
+    assert "share of 4 on this node" in d.reasons[2]
+    # the memory bound per worker is the process's share too
+    small = Limits(16, 8 * GIB, cores=16, suggested_workers=16, local_processes=4)
+    assert loader_defaults(small).num_workers == 2  # 512 MiB a worker in half of 2 GiB
+
+
+def test_the_processes_of_a_node_are_read_from_local_world_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert read_limits().local_processes == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "not a number")
+    assert read_limits().local_processes == 1
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert read_limits().local_processes == 1
+    assert read_limits(local_processes=3).local_processes == 3
 
 
 def test_the_loader_uses_the_limits_it_reads(

@@ -43,26 +43,31 @@ def gil_bound(count: int) -> Profile:
 
 
 class Clocks:
-    """A wall clock and the stage's call cost (``ThreadTuner``'s ``cost``: wall, CPU and
-    core-wait seconds of its calls over its threads), advancing only in ``item``."""
+    """A wall clock and the stage's call cost (``ThreadTuner``'s ``cost``: calls made and
+    sampled, and the sampled calls' wall, CPU and core-wait seconds, as
+    ``CallCost.totals``: one call in four sampled), advancing only in ``item``."""
 
     def __init__(self) -> None:
         self.t = 0.0
-        self.calls = [0.0, 0.0, 0.0]
+        self.calls = [0, 0, 0.0, 0.0, 0.0]
 
     def wall(self) -> float:
         return self.t
 
-    def cost(self) -> tuple[float, float, float]:
-        return self.calls[0], self.calls[1], self.calls[2]
+    def cost(self) -> tuple[int, int, float, float, float]:
+        c = self.calls
+        return int(c[0]), int(c[1]), c[2], c[3], c[4]
 
     def advance(self, dt: float, count: int, profile: Profile) -> None:
-        """``dt`` seconds pass with ``count`` threads inside calls of ``profile``."""
+        """``dt`` seconds pass with ``count`` threads inside calls of ``profile`` (a
+        quarter of that time in sampled calls)."""
         self.t += dt
-        busy = max(1, count) * dt
-        self.calls[0] += busy
-        self.calls[1] += profile[0] * busy
-        self.calls[2] += profile[1] * busy
+        sampled = max(1, count) * dt / 4
+        self.calls[0] += 4
+        self.calls[1] += 1
+        self.calls[2] += sampled
+        self.calls[3] += profile[0] * sampled
+        self.calls[4] += profile[1] * sampled
 
     def item(self, rate: float, count: int, profile: Profile = WAITS) -> None:
         self.advance(1.0 / rate, count, profile)
@@ -160,6 +165,7 @@ def test_a_stage_that_holds_the_gil_does_not_grow() -> None:
     t = tuner(c, max_threads=32)
     counts = drive(t, c, lambda n: 1000.0 * (1.0 + 0.08 * n.bit_length()), 3000, profile=gil_bound)
     assert all(k <= 4 for k in counts) and t.count <= 4, counts
+    # (the CPUs its calls kept busy: the sampled quarter's CPU, scaled to all calls)
     assert t.contended and t.cores == pytest.approx(1.0)
     # one thread holding the GIL alone (on a core all its calls' time) is not contended:
     # a second thread is measured
@@ -169,13 +175,14 @@ def test_a_stage_that_holds_the_gil_does_not_grow() -> None:
     assert counts[:1] == [2], counts
 
 
+@pytest.mark.serial  # (real clocks: a neighbour's load moves the shares)
 def test_the_call_cost_tells_a_waiting_call_from_a_computing_one() -> None:
     # real threads, real clocks: a sleep is off-core; a spin is on a core or waiting
     # for one (a busy machine moves the share between the two, not their sum)
     cost = CallCost(every=1)
     for _ in range(5):
         cost.call(time.sleep, 0.02)
-    wall, cpu, wait = cost.totals()
+    _, _, wall, cpu, wait = cost.totals()
     assert wall >= 0.09 and cpu + wait < 0.5 * wall, (wall, cpu, wait)
 
     def spin(seconds: float) -> None:
@@ -187,19 +194,29 @@ def test_the_call_cost_tells_a_waiting_call_from_a_computing_one() -> None:
     thread = threading.Thread(target=cost.call, args=(spin, 0.1))
     thread.start()
     thread.join(timeout=30)
-    wall, cpu, wait = cost.totals()
+    _, _, wall, cpu, wait = cost.totals()
     assert wall >= 0.09 and cpu <= 1.05 * wall, (wall, cpu, wait)
     if os.path.exists("/proc/thread-self/schedstat"):
         # alone (no other thread wants the GIL): on a core, or waiting for one
         assert cpu + wait >= 0.8 * wall, (wall, cpu, wait)
 
 
-def test_the_call_cost_is_scaled_from_its_sampled_calls() -> None:
+def test_the_call_cost_counts_every_call_and_times_a_sample() -> None:
     cost = CallCost(every=4)
-    for _ in range(8):  # calls 0 and 4 sampled
-        cost.call(time.sleep, 0.01)
-    wall, _, _ = cost.totals()
-    assert 0.075 <= wall < 0.5, wall
+    for _ in range(40):  # the first sampled, then one in 4 on average, at random
+        cost.call(time.sleep, 0.002)
+    calls, sampled, wall, _, _ = cost.totals()
+    assert calls == 40 and 1 < sampled < 40, (calls, sampled)
+    assert 0.0019 * sampled <= wall < 0.05 * sampled, (sampled, wall)
+    # the sums only grow, and a reading from another thread sees whole samples
+    before = cost.totals()
+    threading.Thread(target=cost.call, args=(time.sleep, 0.001)).start()
+    time.sleep(0.2)
+    after = cost.totals()
+    assert all(b >= a for a, b in zip(before, after, strict=True)) and after[:2] == (
+        41,
+        sampled + 1,
+    )
 
 
 def test_a_threaded_map_measures_what_its_calls_cost() -> None:
@@ -211,6 +228,15 @@ def test_a_threaded_map_measures_what_its_calls_cost() -> None:
     assert p.tuner.settled_s is not None, p.tuner.history  # (its windows were measured)
     # windows measured the function's calls: on a core a small share of their time
     assert p.tuner.cores > 0.0 and p.tuner.on_core < 0.5, (p.tuner.cores, p.tuner.on_core)
+
+
+def test_a_decode_that_releases_the_gil_on_free_cores_grows() -> None:
+    # half of each call on a core, the rest waiting on I/O, no wait for a core: its 4
+    # threads keep 2 CPUs busy, more than threads taking turns at the GIL can
+    c = Clocks()
+    t = tuner(c, max_threads=32)
+    counts = drive(t, c, latency_bound, 3000, profile=lambda n: (0.5, 0.0))
+    assert counts[:3] == [8, 16, 32] and t.count == 32 and not t.contended, counts
 
 
 def test_without_a_cost_signal_only_the_rate_decides() -> None:

@@ -425,9 +425,16 @@ MUTANTS += [
     _m(
         "the controller ignores a function that holds the GIL",
         "streambuf/_tuner.py",
-        "            self.cores >= self.gil_cores and needs_core < self.gil_share",
+        "            _GIL and self.gil_cores <= self.cores <= GIL_MAX_CORES and needs_core < self.gil_share",
         "            False",
         "::test_a_stage_that_holds_the_gil_does_not_grow",
+    ),
+    _m(
+        "a stage that keeps several CPUs busy is taken for one holding the GIL",
+        "streambuf/_tuner.py",
+        "self.gil_cores <= self.cores <= GIL_MAX_CORES and",
+        "self.gil_cores <= self.cores and",
+        "::test_a_decode_that_releases_the_gil_on_free_cores_grows",
     ),
     _m(
         "a waiting stage is taken for a contended one (the busy machine stops it)",
@@ -437,11 +444,18 @@ MUTANTS += [
         "::test_a_waiting_stage_grows_however_busy_other_processes_keep_the_machine",
     ),
     _m(
-        "the call cost is not scaled from the sampled calls to all of them",
+        "the CPUs a stage keeps busy are not scaled from its sampled calls to all",
+        "streambuf/_tuner.py",
+        "        self.cores = cpu * (calls / sampled) / max(dt, 1e-9)",
+        "        self.cores = cpu / max(dt, 1e-9)",
+        "::test_a_stage_that_holds_the_gil_does_not_grow",
+    ),
+    _m(
+        "the call cost forgets the calls it did not sample",
         "streambuf/_cost.py",
-        "                scale = calls / sampled / 1e9",
-        "                scale = 1 / 1e9",
-        "::test_the_call_cost_is_scaled_from_its_sampled_calls",
+        "        cell[0] = n + 1\n",
+        "        pass\n",
+        "::test_the_call_cost_counts_every_call_and_times_a_sample",
     ),
     _m(
         "a threaded map's tuner gets no cost signal",

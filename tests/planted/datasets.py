@@ -41,3 +41,12 @@ MUTANTS = [
         "::test_threads_read_items_concurrently_in_index_order",
     ),
 ]
+MUTANTS += [
+    _m(
+        "any object with __len__ and __getitem__ is read by index (a label index too)",
+        "streambuf/_dataset.py",
+        "        isinstance(source, Dataset)\n",
+        "        True\n",
+        "tests/test_from_dataset.py::test_other_sources_are_read_as_before",
+    ),
+]

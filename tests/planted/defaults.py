@@ -96,3 +96,26 @@ MUTANTS += [
         f"{T}::test_a_real_trial_runs_its_seconds_and_reports_the_count_it_chose",
     ),
 ]
+MUTANTS += [
+    _m(
+        "num_workers='auto' takes every CPU in each of a node's processes",
+        "streambuf/resources.py",
+        "    if local > 1:  # each of the node's processes gets its share\n",
+        "    if False:\n",
+        "::test_the_processes_of_a_node_share_its_cpus_and_memory",
+    ),
+    _m(
+        "max_bytes='auto' takes a quarter of the memory in each of a node's processes",
+        "streambuf/resources.py",
+        "        max_bytes, reasons[2] = auto_max_bytes(limits.available // local, fixed_bytes=fixed)",
+        "        max_bytes, reasons[2] = auto_max_bytes(limits.available, fixed_bytes=fixed)",
+        "::test_the_processes_of_a_node_share_its_cpus_and_memory",
+    ),
+    _m(
+        "the node's process count is not read from LOCAL_WORLD_SIZE",
+        "streambuf/resources.py",
+        '    text = os.environ.get("LOCAL_WORLD_SIZE", "")',
+        '    text = ""',
+        "::test_the_processes_of_a_node_are_read_from_local_world_size",
+    ),
+]
