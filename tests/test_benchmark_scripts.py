@@ -116,7 +116,7 @@ def test_the_device_session_script_runs_its_steps_tiny(tmp_path):
     assert "busy %" in (tmp_path / "gpu.log").read_text()
     assert " passed" in (tmp_path / "nvdec.log").read_text()
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) <= 8 and "results.tgz" in files, files  # what the device tool returns
+    assert len(files) <= 8 and "results.tgz" in files, files  # what comes back from the GPU machine
 
 
 def test_the_auto_threads_curve_runs_tiny(capsys):
